@@ -1,0 +1,5 @@
+"""Triton kernels for sjlt (installed as ``sjlt.kernels``).
+
+Triton code only: no autograd, no numpy. The launchers, the dispatch and the autograd live in
+``sjlt.ops``; the pure-PyTorch mirror of every kernel lives in ``sjlt.reference``.
+"""

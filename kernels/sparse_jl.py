@@ -1,0 +1,152 @@
+"""Sparse JL transform kernels: Y = X S^T (forward), Z = Y S (transpose), and S's hash table.
+
+S (k x d) is never stored. Column j's t-th nonzero (t < s) sits in block t of the rows,
+[floor(t*k/s), floor((t+1)*k/s)), at the row picked by one Philox call on counter
+(j mod 2**32, j div 2**32, t, DOMAIN) and key (k0, k1); see ``docs/spec.md``.
+
+The products run on tensor cores against a one-hot tile of S built in registers. float32
+inputs are split exactly into three bfloat16 terms (hi + mid + lo carry 24 mantissa bits) so the
+result is float32-accurate with no tf32 rounding; half-precision inputs take one pass. DOT_DTYPE
+is bfloat16/float16 on a GPU and float32 under TRITON_INTERPRET=1, where low-precision tl.dot is
+unreliable: the split is identical, only the dot's operand type differs.
+"""
+import triton
+import triton.language as tl
+
+from .philox import philox4x32_10
+
+
+@triton.jit
+def nonzero_row_and_sign(col, t, k, nnz, key0, key1, DOMAIN: tl.constexpr):
+    """Row (int64) and sign (+1/-1 float32) of nonzero t of global column ``col`` (integer tensor)."""
+    col = col.to(tl.int64)
+    c0 = (col & 0xFFFFFFFF).to(tl.uint32)
+    c1 = (col >> 32).to(tl.uint32)
+    c2 = (tl.zeros_like(col) + t).to(tl.uint32)
+    c3 = (tl.zeros_like(col) + DOMAIN).to(tl.uint32)
+    w0, w1, _, _ = philox4x32_10(c0, c1, c2, c3, key0, key1)
+    t64 = tl.zeros_like(col) + t
+    start = (t64 * k) // nnz
+    size = ((t64 + 1) * k) // nnz - start
+    row = start + ((w0.to(tl.int64) * size) >> 32)
+    sign = tl.where((w1 >> 31) != 0, -1.0, 1.0)
+    return row, sign
+
+
+@triton.jit
+def sparse_jl_hash_kernel(rows_ptr, negative_ptr, d, k, nnz, column_offset, key0, key1,
+                          DOMAIN: tl.constexpr, BLOCK: tl.constexpr):
+    """Writes rows[t, j] and negative[t, j] for t < nnz, j < d (grid: (cdiv(d, BLOCK), nnz))."""
+    pid = tl.program_id(0)
+    t = tl.program_id(1)
+    j = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = j < d
+    row, sign = nonzero_row_and_sign(j + column_offset, t, k, nnz, key0, key1, DOMAIN)
+    out = t.to(tl.int64) * d + j
+    tl.store(rows_ptr + out, row, mask=mask)
+    tl.store(negative_ptr + out, (sign < 0).to(tl.int8), mask=mask)
+
+
+@triton.jit
+def _block_of_row(row, k, nnz):
+    # The block t holding row r is the largest t with floor(t*k/s) <= r.
+    return ((row + 1) * nnz - 1) // k
+
+
+@triton.jit
+def _dot_exact(a, b, acc, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """acc += a @ b where b holds small integers (exact in DOT_DTYPE); a is float32 if SPLIT_FP32."""
+    if SPLIT_FP32:
+        hi = a.to(tl.bfloat16)
+        rest = a - hi.to(tl.float32)
+        mid = rest.to(tl.bfloat16)
+        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+        b = b.to(DOT_DTYPE)
+        acc = tl.dot(hi.to(DOT_DTYPE), b, acc)
+        acc = tl.dot(mid.to(DOT_DTYPE), b, acc)
+        acc = tl.dot(lo.to(DOT_DTYPE), b, acc)
+    else:
+        acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc)
+    return acc
+
+
+@triton.jit
+def sparse_jl_forward_kernel(
+    x_ptr, out_ptr, n, d, k, nnz, column_offset, key0, key1, scale,
+    stride_xm, stride_xd, stride_om, stride_ok, stride_split, cols_per_split,
+    DOMAIN: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """out[split, m, o] = scale * sum over this split's columns j of x[m, j] * sign * [row == o].
+
+    Grid: (cdiv(n, BLOCK_M), cdiv(k, BLOCK_N), splits). With one split ``out`` is Y itself;
+    otherwise a float32 workspace whose splits the caller sums in a fixed order (deterministic).
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_o = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = offs_m < n
+    first_o = pid_n * BLOCK_N
+    last_o = tl.minimum(first_o + BLOCK_N, k) - 1
+    t_first = _block_of_row(first_o, k, nnz)
+    t_last = _block_of_row(last_o, k, nnz)
+
+    d_begin = pid_s.to(tl.int64) * cols_per_split
+    d_end = tl.minimum(d_begin + cols_per_split, d)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for d0 in range(d_begin, d_end, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        mask_d = offs_d < d_end
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd,
+                    mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+        one_hot = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
+        for t in range(t_first, t_last + 1):
+            row, sign = nonzero_row_and_sign(offs_d + column_offset, t, k, nnz, key0, key1, DOMAIN)
+            one_hot += tl.where(row[:, None] == offs_o[None, :], sign[:, None], 0.0)
+        if SPLIT_FP32:
+            acc = _dot_exact(x.to(tl.float32), one_hot, acc, SPLIT_FP32, DOT_DTYPE)
+        else:
+            acc = _dot_exact(x, one_hot, acc, SPLIT_FP32, DOT_DTYPE)
+    out = acc * scale
+    out_ptrs = out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + offs_o[None, :] * stride_ok
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & (offs_o[None, :] < k))
+
+
+@triton.jit
+def sparse_jl_transpose_kernel(
+    y_ptr, z_ptr, n, d, k, nnz, column_offset, key0, key1, scale,
+    stride_ym, stride_yk, stride_zm, stride_zd,
+    DOMAIN: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """z[m, j] = scale * sum_t sign(j, t) * y[m, row(j, t)]. Grid: (cdiv(n, BLOCK_M), cdiv(d, BLOCK_D)).
+
+    Each column's t-th row lies in block t, so the program visits block t's rows only, with the
+    hash of its columns computed once per block.
+    """
+    pid_m = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = pid_d.to(tl.int64) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_m = offs_m < n
+    mask_d = offs_d < d
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for t in range(0, nnz):
+        row, sign = nonzero_row_and_sign(offs_d + column_offset, t, k, nnz, key0, key1, DOMAIN)
+        block_begin = (t * k) // nnz
+        block_end = ((t + 1) * k) // nnz
+        for o0 in range(block_begin, block_end, BLOCK_N):
+            offs_o = o0 + tl.arange(0, BLOCK_N)
+            mask_o = offs_o < block_end
+            y = tl.load(y_ptr + offs_m[:, None] * stride_ym + offs_o[None, :] * stride_yk,
+                        mask=mask_m[:, None] & mask_o[None, :], other=0.0)
+            one_hot_t = tl.where(offs_o[:, None] == row[None, :], sign[None, :], 0.0)
+            if SPLIT_FP32:
+                acc = _dot_exact(y.to(tl.float32), one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
+            else:
+                acc = _dot_exact(y, one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
+    out = acc * scale
+    tl.store(z_ptr + offs_m[:, None] * stride_zm + offs_d[None, :] * stride_zd,
+             out.to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])

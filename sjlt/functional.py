@@ -1,0 +1,143 @@
+"""The public functional API: validation, shapes and dtypes around the registered ops."""
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from . import reference, spec
+from ._backend import check_backend
+from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
+from .ops import sparse_jl as _sparse_jl_ops
+
+__all__ = ["sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
+
+_REAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_COMPLEX = (torch.complex64, torch.complex128)
+
+
+def _check_input(x, name: str, *, complex_ok: bool) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    allowed = _REAL + (_COMPLEX if complex_ok else ())
+    if x.dtype not in allowed:
+        raise TypeError(
+            f"{name} must be a floating-point tensor ({', '.join(str(d) for d in allowed)}), "
+            f"got {x.dtype}; convert it first, e.g. {name}.float()"
+        )
+    if x.dim() == 0:
+        raise ValueError(f"{name} must have at least one dimension (..., features), got a 0-d tensor")
+
+
+def _check_features(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def _check_offset(column_offset) -> int:
+    if isinstance(column_offset, bool) or not isinstance(column_offset, numbers.Integral):
+        raise TypeError(f"column_offset must be an int, got {type(column_offset).__name__}")
+    if not 0 <= column_offset < 1 << 62:
+        raise ValueError(f"column_offset must lie in [0, 2**62), got {column_offset}")
+    return int(column_offset)
+
+
+def _projection(op, tensor, features, seed, nnz, column_offset, backend, k_for_nnz):
+    key0, key1 = spec.philox_key(seed)
+    nnz = spec.resolve_nnz(nnz, k_for_nnz)
+    column_offset = _check_offset(column_offset)
+    check_backend(backend)
+    if tensor.is_complex():
+        real = _projection(op, tensor.real, features, seed, nnz, column_offset, backend, k_for_nnz)
+        imag = _projection(op, tensor.imag, features, seed, nnz, column_offset, backend, k_for_nnz)
+        return torch.complex(real, imag)
+    lead = tensor.shape[:-1]
+    flat = tensor.reshape(-1, tensor.shape[-1])
+    out = op(flat, features, key0, key1, nnz, column_offset, backend)
+    return out.reshape(*lead, features)
+
+
+def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None = None,
+              column_offset: int = 0, backend: str = "auto") -> torch.Tensor:
+    """Project the last dimension of ``x`` (..., d) to ``out_features``: y = x S^T.
+
+    S is the k x d sparse JL matrix of ``seed`` (``docs/spec.md``): ``nnz`` nonzeros of
+    +-1/sqrt(nnz) per column, one in each of nnz row blocks. ``column_offset`` says that x holds
+    columns [offset, offset + d) of a wider input, so projections of column shards sum to the
+    projection of the whole. Output dtype = input dtype, accumulated in float32 (float64 for
+    float64); complex inputs project real and imaginary parts. Differentiable: the backward is
+    :func:`sparse_jl_transpose`, regenerated from the seed. A NaN or inf in a row makes that row's
+    output non-finite (the Triton kernel spreads it over the whole row, the reference over the
+    affected outputs).
+    """
+    _check_input(x, "x", complex_ok=True)
+    k = _check_features(out_features, "out_features")
+    return _projection(torch.ops.sjlt.sparse_jl, x, k, seed, nnz, column_offset, backend, k)
+
+
+def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: int | None = None,
+                        column_offset: int = 0, backend: str = "auto") -> torch.Tensor:
+    """The adjoint of :func:`sparse_jl`: z = y S, mapping (..., k) to (..., in_features)."""
+    _check_input(y, "y", complex_ok=True)
+    d = _check_features(in_features, "in_features")
+    k = y.shape[-1]
+    if k < 1:
+        raise ValueError("y must have at least one output feature in its last dimension")
+    return _projection(torch.ops.sjlt.sparse_jl_transpose, y, d, seed, nnz, column_offset, backend, k)
+
+
+def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int | None = None,
+                     column_offset: int = 0, backend: str = "auto", dtype=torch.float32,
+                     device=None) -> torch.Tensor:
+    """S (out_features x in_features) as a coalesced sparse COO tensor, for inspection and interop.
+
+    Identical from every backend: ``backend='triton'`` reads the kernel's own hash table.
+    """
+    d = _check_features(in_features, "in_features")
+    k = _check_features(out_features, "out_features")
+    key0, key1 = spec.philox_key(seed)
+    nnz = spec.resolve_nnz(nnz, k)
+    column_offset = _check_offset(column_offset)
+    check_backend(backend)
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    probe = torch.empty(0, device=device)
+    from ._backend import use_triton
+
+    if use_triton(backend, probe):
+        rows, negative = _sparse_jl_ops.triton_hash(d, k, key0, key1, nnz, column_offset, device)
+    else:
+        rows, negative = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz,
+                                                  column_offset=column_offset, device=device)
+    return reference.sparse_matrix_from_hash(rows, negative, k, dtype=dtype)
+
+
+def seeded_dropout(x: torch.Tensor, p: float, *, seed, training: bool = True,
+                   backend: str = "auto") -> torch.Tensor:
+    """y = x * keep / (1 - p), keep regenerated from (seed, index): no mask is ever stored.
+
+    ``seed`` is an int in [0, 2**64), or a 1-D int64 tensor with one seed per row of a 2-D x
+    (its bits read as uint64). ``training=False`` or p = 0 returns x itself; p = 1 returns zeros.
+    """
+    _check_input(x, "x", complex_ok=False)
+    p = spec.check_probability(p)
+    check_backend(backend)
+    row_seeds = None
+    if isinstance(seed, torch.Tensor):
+        if seed.dtype not in (torch.int64, torch.int32) or seed.dim() != 1:
+            raise TypeError(f"a seed tensor must be 1-D int64 (one seed per row), got {seed.dtype} "
+                            f"of shape {tuple(seed.shape)}")
+        if x.dim() != 2 or seed.shape[0] != x.shape[0]:
+            raise ValueError(f"a seed tensor needs a 2-D x with one seed per row: x has shape "
+                             f"{tuple(x.shape)}, seed has shape {tuple(seed.shape)}")
+        if seed.device != x.device:
+            raise ValueError(f"seed tensor is on {seed.device} but x is on {x.device}; move it with .to(x.device)")
+        row_seeds = seed.to(torch.int64)
+        key0 = key1 = 0
+    else:
+        key0, key1 = spec.philox_key(seed)
+    if not training or p == 0.0:
+        return x
+    return torch.ops.sjlt.seeded_dropout(x, p, key0, key1, row_seeds, backend)

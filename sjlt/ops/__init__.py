@@ -1,0 +1,1 @@
+"""Registered torch ops (``torch.ops.sjlt.*``): launchers, dispatch and autograd."""

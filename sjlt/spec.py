@@ -1,0 +1,83 @@
+"""The random streams of sjlt, as constants and small pure functions (no torch, no triton).
+
+``docs/spec.md`` is the prose version of this module; the two change together, and any change
+to how (seed, index) becomes rows, signs or keep-bits bumps :data:`SPEC_VERSION`.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+#: Format version of every stream below. Bump it on any change to the distribution.
+SPEC_VERSION = 1
+
+#: Philox counter word c3 for each consumer: distinct values keep the SJLT and dropout streams
+#: disjoint under the same seed. ASCII 'SJLT' and 'DROP'.
+DOMAIN_SPARSE_JL = 0x534A4C54
+DOMAIN_DROPOUT = 0x44524F50
+
+#: Default nonzeros per column of the SJLT (capped at out_features).
+DEFAULT_NNZ = 8
+
+_UINT32 = 0xFFFFFFFF
+_SEED_LIMIT = 1 << 64
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """Returns ``seed`` as a Python int in [0, 2**64), or raises TypeError / ValueError."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(
+            f"{name} must be a Python int in [0, 2**64), got {type(seed).__name__}; "
+            f"pass e.g. {name}=0 (use int(...) to convert numpy or torch scalars)"
+        )
+    seed = int(seed)
+    if not 0 <= seed < _SEED_LIMIT:
+        raise ValueError(f"{name} must lie in [0, 2**64), got {seed}; reduce it modulo 2**64")
+    return seed
+
+
+def philox_key(seed: int) -> tuple[int, int]:
+    """The Philox key (k0, k1) of a seed: its low and high 32-bit words."""
+    seed = check_seed(seed)
+    return seed & _UINT32, seed >> 32
+
+
+def resolve_nnz(nnz, out_features: int) -> int:
+    """Validated nonzeros per column: ``nnz`` or the default, within [1, out_features]."""
+    if isinstance(out_features, bool) or not isinstance(out_features, numbers.Integral):
+        raise TypeError(f"out_features must be an int, got {type(out_features).__name__}")
+    if out_features < 1:
+        raise ValueError(f"out_features must be >= 1, got {out_features}")
+    if nnz is None:
+        return min(DEFAULT_NNZ, int(out_features))
+    if isinstance(nnz, bool) or not isinstance(nnz, numbers.Integral):
+        raise TypeError(f"nnz must be an int or None, got {type(nnz).__name__}")
+    if not 1 <= nnz <= out_features:
+        raise ValueError(
+            f"nnz must lie in [1, out_features={out_features}], got {nnz}; "
+            f"each column has nnz distinct nonzero rows"
+        )
+    return int(nnz)
+
+
+def block_start(t: int, out_features: int, nnz: int) -> int:
+    """First row of block t: rows are split into nnz blocks, [floor(t*k/s), floor((t+1)*k/s))."""
+    return (t * out_features) // nnz
+
+
+def dropout_threshold(p: float) -> int:
+    """The integer keep threshold T of drop probability p: element kept iff its uint32 >= T.
+
+    T = round(p * 2**32), exact: p * 2**32 is exact in binary floating point. P(keep) = 1 - T/2**32.
+    """
+    t = round(float(p) * 4294967296.0)
+    return min(max(t, 0), 1 << 32)
+
+
+def check_probability(p) -> float:
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"p must be a float in [0, 1], got {type(p).__name__}")
+    p = float(p)
+    if math.isnan(p) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability p must lie in [0, 1], got {p}")
+    return p

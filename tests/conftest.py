@@ -1,0 +1,43 @@
+"""Shared test setup: where kernels run, NaN-poisoned outputs, seeded generators.
+
+Kernel tests take the ``kernel_device`` fixture: "cuda" on a GPU machine, else "cpu" with the
+Triton kernels under TRITON_INTERPRET=1 (set here, before anything imports triton kernels).
+The same test file therefore covers both, with no second copy of any test.
+"""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from sjlt import _buffers  # noqa: E402
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture
+def kernel_device() -> str:
+    return "cuda" if HAS_CUDA else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def poison_outputs(monkeypatch):
+    """Every kernel output starts as NaN (floats) or -1 (integers): unwritten elements show up."""
+    def poisoned(shape, dtype, device):
+        fill = float("nan") if dtype.is_floating_point else -1
+        return torch.full(shape, fill, dtype=dtype, device=device)
+
+    monkeypatch.setattr(_buffers, "empty", poisoned)
+
+
+@pytest.fixture
+def rng() -> torch.Generator:
+    """A fresh generator per test; tests draw inputs from it, never from zeros."""
+    return torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+
+
+def pytest_report_header(config):
+    mode = "CUDA " + torch.cuda.get_device_name() if HAS_CUDA else "CPU, Triton kernels under TRITON_INTERPRET=1"
+    return f"sjlt kernels run on: {mode}"
