@@ -17,9 +17,9 @@ from .philox import philox4x32_10
 
 
 @triton.jit
-def nonzero_row_and_sign(col, t, k, nnz, key0, key1, DOMAIN: tl.constexpr):
-    """Row (int64) and sign (+1/-1 float32) of nonzero t of global column ``col`` (integer tensor)."""
-    col = col.to(tl.int64)
+def nonzero_row_and_sign(local_col, column_offset, t, k, nnz, key0, key1, DOMAIN: tl.constexpr):
+    """Row (int64) and sign (+1/-1 float32) of nonzero t of global column local_col + column_offset."""
+    col = local_col.to(tl.int64) + column_offset  # widen first: offsets pass 2**31
     c0 = (col & 0xFFFFFFFF).to(tl.uint32)
     c1 = (col >> 32).to(tl.uint32)
     c2 = (tl.zeros_like(col) + t).to(tl.uint32)
@@ -41,7 +41,7 @@ def sparse_jl_hash_kernel(rows_ptr, negative_ptr, d, k, nnz, column_offset, key0
     t = tl.program_id(1)
     j = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = j < d
-    row, sign = nonzero_row_and_sign(j + column_offset, t, k, nnz, key0, key1, DOMAIN)
+    row, sign = nonzero_row_and_sign(j, column_offset, t, k, nnz, key0, key1, DOMAIN)
     out = t.to(tl.int64) * d + j
     tl.store(rows_ptr + out, row, mask=mask)
     tl.store(negative_ptr + out, (sign < 0).to(tl.int8), mask=mask)
@@ -103,7 +103,7 @@ def sparse_jl_forward_kernel(
                     mask=mask_m[:, None] & mask_d[None, :], other=0.0)
         one_hot = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
         for t in range(t_first, t_last + 1):
-            row, sign = nonzero_row_and_sign(offs_d + column_offset, t, k, nnz, key0, key1, DOMAIN)
+            row, sign = nonzero_row_and_sign(offs_d, column_offset, t, k, nnz, key0, key1, DOMAIN)
             one_hot += tl.where(row[:, None] == offs_o[None, :], sign[:, None], 0.0)
         if SPLIT_FP32:
             acc = _dot_exact(x.to(tl.float32), one_hot, acc, SPLIT_FP32, DOT_DTYPE)
@@ -134,7 +134,7 @@ def sparse_jl_transpose_kernel(
     mask_d = offs_d < d
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for t in range(0, nnz):
-        row, sign = nonzero_row_and_sign(offs_d + column_offset, t, k, nnz, key0, key1, DOMAIN)
+        row, sign = nonzero_row_and_sign(offs_d, column_offset, t, k, nnz, key0, key1, DOMAIN)
         block_begin = (t * k) // nnz
         block_end = ((t + 1) * k) // nnz
         for o0 in range(block_begin, block_end, BLOCK_N):

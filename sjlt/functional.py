@@ -55,7 +55,7 @@ def _projection(op, tensor, features, seed, nnz, column_offset, backend, k_for_n
         imag = _projection(op, tensor.imag, features, seed, nnz, column_offset, backend, k_for_nnz)
         return torch.complex(real, imag)
     lead = tensor.shape[:-1]
-    flat = tensor.reshape(-1, tensor.shape[-1])
+    flat = tensor.reshape(lead.numel(), tensor.shape[-1])  # -1 is ambiguous when d == 0
     out = op(flat, features, key0, key1, nnz, column_offset, backend)
     return out.reshape(*lead, features)
 

@@ -43,12 +43,14 @@ def default_splits(n: int, d: int, k: int, device: torch.device) -> int:
 
 
 def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
-                   column_offset: int, splits: int | None = None) -> torch.Tensor:
+                   column_offset: int, splits: int | None = None, blocks=None, num_warps: int = 4) -> torch.Tensor:
+    """Y = x S^T. ``splits``, ``blocks`` (BLOCK_M, BLOCK_N, BLOCK_D) and ``num_warps`` override the
+    tiling heuristics (tests and benchmark sweeps); the result's value does not depend on them."""
     from ..kernels.sparse_jl import sparse_jl_forward_kernel
 
     n, d = x.shape
     k = out_features
-    block_m, block_n, block_d = _block_sizes(n)
+    block_m, block_n, block_d = blocks or _block_sizes(n)
     if splits is None:
         splits = default_splits(n, d, k, x.device)
     cols_per_split = math.ceil(math.ceil(d / splits) / block_d) * block_d
@@ -65,7 +67,7 @@ def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz
         x, out, n, d, k, nnz, column_offset, key0, key1, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split, cols_per_split,
         DOMAIN=spec.DOMAIN_SPARSE_JL, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=num_warps,
     )
     if splits == 1:
         return out
@@ -118,8 +120,11 @@ def sparse_jl_op(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: 
         return torch.zeros(x.shape[0], out_features, dtype=x.dtype, device=x.device)
     if use_triton(backend, x, supports_dtype=x.dtype in _KERNEL_DTYPES):
         return triton_forward(x, out_features, key0, key1, nnz, column_offset)
-    return reference.sparse_jl_forward(x, out_features, seed=_seed(key0, key1), nnz=nnz,
-                                       column_offset=column_offset)
+    # The op's contract (checked by opcheck against the fake) is a contiguous output, and autocast
+    # must not recast the reference's float32 accumulation from inside.
+    with torch.autocast(x.device.type, enabled=False):
+        return reference.sparse_jl_forward(x, out_features, seed=_seed(key0, key1), nnz=nnz,
+                                           column_offset=column_offset).contiguous()
 
 
 @sparse_jl_op.register_fake
@@ -134,8 +139,9 @@ def sparse_jl_transpose_op(y: torch.Tensor, in_features: int, key0: int, key1: i
         return torch.zeros(y.shape[0], in_features, dtype=y.dtype, device=y.device)
     if use_triton(backend, y, supports_dtype=y.dtype in _KERNEL_DTYPES):
         return triton_transpose(y, in_features, key0, key1, nnz, column_offset)
-    return reference.sparse_jl_transpose(y, in_features, seed=_seed(key0, key1), nnz=nnz,
-                                         column_offset=column_offset)
+    with torch.autocast(y.device.type, enabled=False):
+        return reference.sparse_jl_transpose(y, in_features, seed=_seed(key0, key1), nnz=nnz,
+                                             column_offset=column_offset).contiguous()
 
 
 @sparse_jl_transpose_op.register_fake

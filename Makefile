@@ -1,0 +1,42 @@
+# One entry point for set-up, tests, the demo and the benchmarks.
+# The environment is a venv inside the repository. torch is pinned first so that pip never
+# resolves an unpinned torch to a multi-GB CUDA build (on a machine with a local CPU wheel of
+# torch 2.13.0, that wheel is used; elsewhere pass TORCH="torch==2.13.0 --index-url ...").
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup setup-test test demo bench-cpu bench-gpu gpu-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH)
+
+setup: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[parquet,plot,demo]"
+
+setup-test: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+
+test: setup-test
+	$(BIN)/python -m pytest -q
+
+demo: setup
+	$(BIN)/python examples/demo.py
+
+bench-cpu: setup-test
+	$(BIN)/python benchmarks/bench_cpu.py
+
+# On the GPU machine (torch and triton preinstalled): install without touching them, test, benchmark.
+gpu-test:
+	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PYTHON) -m pytest -q -x tests
+
+bench-gpu:
+	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PYTHON) benchmarks/bench_gpu.py --out benchmarks/RESULTS.md
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,68 @@
+"""Properties only a real GPU can show: no host syncs, CUDA-graph capture, inductor, > 2**31 elements.
+
+Skipped on CPU machines (CI); run on the GPU machine with `make gpu-test` (see README).
+"""
+import pytest
+import torch
+
+import sjlt
+from sjlt import functional as F
+from sjlt import reference
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_no_hidden_host_syncs():
+    x = torch.randn(300, 1000, device="cuda", requires_grad=True)
+    F.sparse_jl(x, 128, seed=1)  # compile outside the checked region
+    F.seeded_dropout(x, 0.2, seed=1)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        y = F.sparse_jl(x, 128, seed=1)
+        z = F.seeded_dropout(y, 0.2, seed=2)
+        z.sum().backward()
+        F.sparse_jl(torch.randn(8, 2**20, device="cuda"), 256, seed=3)  # the split-d path
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
+def test_cuda_graph_capture_replays_the_same_result():
+    x = torch.randn(64, 512, device="cuda")
+    module = torch.nn.Sequential(sjlt.SparseJL(512, 64, seed=4), sjlt.SeededDropout(0.3, seed=5))
+    module.eval()
+    module[1].train()
+    eager = F.seeded_dropout(F.sparse_jl(x, 64, seed=4), 0.3, seed=5)
+    static_in = x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        F.seeded_dropout(F.sparse_jl(static_in, 64, seed=4), 0.3, seed=5)  # warm up
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = F.seeded_dropout(F.sparse_jl(static_in, 64, seed=4), 0.3, seed=5)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, eager)
+
+
+def test_inductor_compile_fullgraph():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), sjlt.SparseJL(256, 32, seed=3), torch.nn.ReLU()).cuda()
+    x = torch.randn(16, 64, device="cuda")
+    compiled = torch.compile(model, fullgraph=True)
+    assert torch.allclose(compiled(x), model(x), atol=1e-5)
+    fn = torch.compile(lambda t: F.seeded_dropout(t, 0.5, seed=9), fullgraph=True)
+    assert torch.equal(fn(x), F.seeded_dropout(x, 0.5, seed=9))
+
+
+def test_sparse_jl_beyond_2_31_elements():
+    n, d, k = 2**21 + 3, 1024, 64
+    x = torch.randn(n, d, device="cuda", dtype=torch.bfloat16)
+    y = F.sparse_jl(x, k, seed=6)
+    rows = torch.tensor([0, n // 2, n - 1], device="cuda")
+    want = reference.sparse_jl_forward(x[rows].double(), k, seed=6, nnz=8)
+    assert float((y[rows].double() - want).abs().max() / want.abs().max()) < 1e-2
+    z = F.sparse_jl_transpose(y, d, seed=6)
+    want_z = reference.sparse_jl_transpose(y[rows].double(), d, seed=6, nnz=8)
+    assert float((z[rows].double() - want_z).abs().max() / want_z.abs().max()) < 1e-2
