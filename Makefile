@@ -32,10 +32,12 @@ bench-cpu: setup-test
 # On the GPU machine (torch and triton preinstalled): install without touching them, test, benchmark.
 gpu-test:
 	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PYTHON) -c "import sjlt.kernels"
 	$(PYTHON) -m pytest -q -x tests
 
 bench-gpu:
 	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PYTHON) -c "import sjlt.kernels"
 	$(PYTHON) benchmarks/bench_gpu.py --out benchmarks/RESULTS.md
 
 clean:

@@ -147,7 +147,7 @@ def sweep_section(lines: list[str]) -> None:
     for dtype in (torch.float32, torch.bfloat16):
         for n, d, k in [(2**20, 1024, 64), (2**20, 1024, 256)]:
             x = torch.randn(n, d, device="cuda").to(dtype)
-            for blocks in [(64, 64, 64), (128, 64, 64), (128, 64, 32), (128, 32, 64), (64, 128, 64), (256, 64, 32)]:
+            for blocks in [(64, 64, 64), (128, 64, 32), (128, 64, 64), (256, 64, 32), (256, 32, 32), (128, 128, 32), (256, 128, 32)]:
                 for warps in (4, 8):
                     try:
                         ms = bench(lambda: sjl_ops.triton_forward(x, k, 1, 2, spec.resolve_nnz(None, k), 0,

@@ -8,10 +8,10 @@ import triton
 import triton.language as tl
 
 # Round multipliers and Weyl key increments of Philox4x32 (Random123).
-PHILOX_M0: tl.constexpr = 0xD2511F53
-PHILOX_M1: tl.constexpr = 0xCD9E8D57
-PHILOX_W0: tl.constexpr = 0x9E3779B9
-PHILOX_W1: tl.constexpr = 0xBB67AE85
+PHILOX_M0 = tl.constexpr(0xD2511F53)
+PHILOX_M1 = tl.constexpr(0xCD9E8D57)
+PHILOX_W0 = tl.constexpr(0x9E3779B9)
+PHILOX_W1 = tl.constexpr(0xBB67AE85)
 
 
 @triton.jit
@@ -21,13 +21,15 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
     counter = (c0, c1, c2, c3), key = (k0, k1). Bit-identical to Random123's philox4x32_R(10, ...)
     and to ``tl.philox(seed, c0, c1, c2, c3)`` with seed = k0 + 2**32 * k1.
     """
-    # Same-width casts keep the bits; int64 arguments are truncated to their low word.
+    # Same-width casts keep the bits; int64 arguments are truncated to their low word. Keys are
+    # added to a zero tensor first: the compiler turns an integer argument equal to 1 into a
+    # Python constant, which has no .to().
     c0 = c0.to(tl.uint32)
     c1 = c1.to(tl.uint32)
     c2 = c2.to(tl.uint32)
     c3 = c3.to(tl.uint32)
-    k0 = k0.to(tl.uint32)
-    k1 = k1.to(tl.uint32)
+    k0 = (tl.zeros_like(c0) + k0).to(tl.uint32)
+    k1 = (tl.zeros_like(c0) + k1).to(tl.uint32)
     for _ in tl.static_range(10):
         prev_c0 = c0
         prev_c2 = c2

@@ -17,18 +17,25 @@ from .philox import philox4x32_10
 
 
 @triton.jit
-def nonzero_row_and_sign(local_col, column_offset, t, k, nnz, key0, key1, DOMAIN: tl.constexpr):
-    """Row (int64) and sign (+1/-1 float32) of nonzero t of global column local_col + column_offset."""
+def block_bounds(t, k, nnz):
+    """First row and row count of block t: [floor(t*k/s), floor((t+1)*k/s)). Scalars only: integer
+    division is expensive on a GPU and must not run per element."""
+    t = tl.cast(t, tl.int64)  # t may be a plain int (static loop, or specialised to 1)
+    start = (t * k) // nnz
+    return start, ((t + 1) * k) // nnz - start
+
+
+@triton.jit
+def nonzero_row_and_sign(local_col, column_offset, t, start, size, key0, key1, DOMAIN: tl.constexpr):
+    """Row (int64) and sign (+1/-1 float32) of nonzero t of global column local_col + column_offset,
+    where block t is rows [start, start + size)."""
     col = local_col.to(tl.int64) + column_offset  # widen first: offsets pass 2**31
+    zero = tl.zeros_like(col)
     c0 = (col & 0xFFFFFFFF).to(tl.uint32)
     c1 = (col >> 32).to(tl.uint32)
-    c2 = (tl.zeros_like(col) + t).to(tl.uint32)
-    c3 = (tl.zeros_like(col) + DOMAIN).to(tl.uint32)
-    w0, w1, _, _ = philox4x32_10(c0, c1, c2, c3, key0, key1)
-    t64 = tl.zeros_like(col) + t
-    start = (t64 * k) // nnz
-    size = ((t64 + 1) * k) // nnz - start
-    row = start + ((w0.to(tl.int64) * size) >> 32)
+    w0, w1, _, _ = philox4x32_10(c0, c1, zero + t, zero + DOMAIN, key0, key1)
+    # Lemire's multiply-shift, floor(w0 * size / 2**32), as one 32-bit high multiply.
+    row = start + tl.umulhi(w0, (zero + size).to(tl.uint32)).to(tl.int64)
     sign = tl.where((w1 >> 31) != 0, -1.0, 1.0)
     return row, sign
 
@@ -41,7 +48,8 @@ def sparse_jl_hash_kernel(rows_ptr, negative_ptr, d, k, nnz, column_offset, key0
     t = tl.program_id(1)
     j = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = j < d
-    row, sign = nonzero_row_and_sign(j, column_offset, t, k, nnz, key0, key1, DOMAIN)
+    start, size = block_bounds(t, k, nnz)
+    row, sign = nonzero_row_and_sign(j, column_offset, t, start, size, key0, key1, DOMAIN)
     out = t.to(tl.int64) * d + j
     tl.store(rows_ptr + out, row, mask=mask)
     tl.store(negative_ptr + out, (sign < 0).to(tl.int8), mask=mask)
@@ -103,7 +111,8 @@ def sparse_jl_forward_kernel(
                     mask=mask_m[:, None] & mask_d[None, :], other=0.0)
         one_hot = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
         for t in range(t_first, t_last + 1):
-            row, sign = nonzero_row_and_sign(offs_d, column_offset, t, k, nnz, key0, key1, DOMAIN)
+            start, size = block_bounds(t, k, nnz)
+            row, sign = nonzero_row_and_sign(offs_d, column_offset, t, start, size, key0, key1, DOMAIN)
             one_hot += tl.where(row[:, None] == offs_o[None, :], sign[:, None], 0.0)
         if SPLIT_FP32:
             acc = _dot_exact(x.to(tl.float32), one_hot, acc, SPLIT_FP32, DOT_DTYPE)
@@ -121,22 +130,25 @@ def sparse_jl_transpose_kernel(
     DOMAIN: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """z[m, j] = scale * sum_t sign(j, t) * y[m, row(j, t)]. Grid: (cdiv(n, BLOCK_M), cdiv(d, BLOCK_D)).
+    """z[m, j] = scale * sum_t sign(j, t) * y[m, row(j, t)]. Grid: cdiv(n, BLOCK_M) * cdiv(d, BLOCK_D)
+    programs on one axis (axis 1 would cap d at 65535 tiles); neighbours share rows of y in L2.
 
     Each column's t-th row lies in block t, so the program visits block t's rows only, with the
     hash of its columns computed once per block.
     """
-    pid_m = tl.program_id(0)
-    pid_d = tl.program_id(1)
+    tiles_d = tl.cdiv(d, BLOCK_D)
+    pid = tl.program_id(0)
+    pid_m = pid // tiles_d
+    pid_d = pid - pid_m * tiles_d
     offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = pid_d.to(tl.int64) * BLOCK_D + tl.arange(0, BLOCK_D)
     mask_m = offs_m < n
     mask_d = offs_d < d
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for t in range(0, nnz):
-        row, sign = nonzero_row_and_sign(offs_d, column_offset, t, k, nnz, key0, key1, DOMAIN)
-        block_begin = (t * k) // nnz
-        block_end = ((t + 1) * k) // nnz
+        block_begin, block_size = block_bounds(t, k, nnz)
+        row, sign = nonzero_row_and_sign(offs_d, column_offset, t, block_begin, block_size, key0, key1, DOMAIN)
+        block_end = block_begin + block_size
         for o0 in range(block_begin, block_end, BLOCK_N):
             offs_o = o0 + tl.arange(0, BLOCK_N)
             mask_o = offs_o < block_end

@@ -65,10 +65,15 @@ def test_core_matches_triton_builtin_philox(kernel_device, rng):
     def builtin_philox_kernel(counter_ptr, out_ptr, seed, n, BLOCK: tl.constexpr):
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = idx < n
-        c = [tl.load(counter_ptr + idx * 4 + i, mask=mask, other=0).to(tl.uint32) for i in range(4)]
-        r0, r1, r2, r3 = tl.philox(seed, c[0], c[1], c[2], c[3])
-        for i, r in enumerate((r0, r1, r2, r3)):
-            tl.store(out_ptr + idx * 4 + i, r.to(tl.int64), mask=mask)
+        c0 = tl.load(counter_ptr + idx * 4 + 0, mask=mask, other=0).to(tl.uint32)
+        c1 = tl.load(counter_ptr + idx * 4 + 1, mask=mask, other=0).to(tl.uint32)
+        c2 = tl.load(counter_ptr + idx * 4 + 2, mask=mask, other=0).to(tl.uint32)
+        c3 = tl.load(counter_ptr + idx * 4 + 3, mask=mask, other=0).to(tl.uint32)
+        r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, c3)
+        tl.store(out_ptr + idx * 4 + 0, r0.to(tl.int64), mask=mask)
+        tl.store(out_ptr + idx * 4 + 1, r1.to(tl.int64), mask=mask)
+        tl.store(out_ptr + idx * 4 + 2, r2.to(tl.int64), mask=mask)
+        tl.store(out_ptr + idx * 4 + 3, r3.to(tl.int64), mask=mask)
 
     n = 500
     seed = int(torch.randint(2**32, 2**62, (), generator=rng))

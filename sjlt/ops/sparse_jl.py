@@ -17,9 +17,14 @@ _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _block_sizes(n: int):
+    """(BLOCK_M, BLOCK_N, BLOCK_D). Building the one-hot tile of S costs per (d-tile, k-tile) and is
+    shared by the BLOCK_M rows, so large row tiles and narrow k tiles win: the H100 sweep in
+    benchmarks/RESULTS.md measured (256, 32, 32) fastest for n = 2**20 (7.2 ms vs 36 ms at 64^3)."""
     if triton_interpreting():
         return 32, 32, 64
-    return (16 if n <= 16 else 32 if n <= 32 else 64), 64, 64
+    if n >= 4096:
+        return 256, 32, 32
+    return (16 if n <= 16 else 32 if n <= 32 else 64), 32, 32
 
 
 def _dot_config(dtype):
@@ -83,7 +88,7 @@ def triton_transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nn
     block_m, block_n, block_d = _block_sizes(n)
     split_fp32, dot_type = _dot_config(y.dtype)
     z = _buffers.empty((n, d), y.dtype, y.device)
-    grid = (math.ceil(n / block_m), math.ceil(d / block_d))
+    grid = (math.ceil(n / block_m) * math.ceil(d / block_d),)
     sparse_jl_transpose_kernel[grid](
         y, z, n, d, k, nnz, column_offset, key0, key1, 1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),

@@ -1,0 +1,86 @@
+"""Every kernel through the real Triton compiler for Hopper and Ampere, on a machine with no GPU.
+
+The interpreter accepts code that the compiler rejects (annotated constexpr globals, integer
+arguments specialised to the constant 1, list comprehensions); this catches that class of error
+in CI. The compile runs in a subprocess because this test session interprets the kernels
+(TRITON_INTERPRET=1 is fixed when they are decorated).
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+I32, I64 = "i32", "i64"
+
+
+def _variants():
+    """(kernel name, signature, constexprs) for every specialisation the launchers can produce."""
+    import triton.language as tl
+
+    from sjlt import spec
+
+    for dtype, split, dot in [("fp32", True, tl.bfloat16), ("bf16", False, tl.bfloat16), ("fp16", False, tl.float16)]:
+        for key_type in (I32, I64, "one"):
+            const = {"DOMAIN": spec.DOMAIN_SPARSE_JL, "SPLIT_FP32": split, "DOT_DTYPE": dot,
+                     "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 64}
+            key = I32
+            if key_type == "one":  # the compiler turns integer arguments equal to 1 into constants
+                const.update(key0=1, key1=1, nnz=1)
+            else:
+                key = key_type
+            common = {"n": I32, "d": I32, "k": I32, "nnz": I32, "column_offset": I64, "key0": key, "key1": key,
+                      "scale": "fp32"}
+            yield ("sparse_jl_forward_kernel",
+                   {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
+                    "stride_om": I64, "stride_ok": I32, "stride_split": I64, "cols_per_split": I64}, const)
+            yield ("sparse_jl_transpose_kernel",
+                   {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
+                    "stride_zm": I64, "stride_zd": I32}, const)
+    yield ("sparse_jl_hash_kernel", {"rows_ptr": "*i64", "negative_ptr": "*i8", "d": I32, "k": I32, "nnz": I32,
+                                     "column_offset": I64, "key0": I32, "key1": I64},
+           {"DOMAIN": spec.DOMAIN_SPARSE_JL, "BLOCK": 256})
+    yield ("philox_blocks_kernel", {"counter_ptr": "*i64", "key_ptr": "*i64", "out_ptr": "*i64", "n": I32},
+           {"BLOCK": 128})
+    for dtype, compute in [("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32"), ("fp64", "fp64")]:
+        for per_row, contiguous in [(False, True), (False, False), (True, False)]:
+            yield ("seeded_dropout_kernel",
+                   {"x_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "seeds_ptr": "*i64", "scale_ptr": f"*{compute}",
+                    "n_rows": I32, "n_cols": I64, "stride_xr": I64, "stride_xc": I32, "key0": I64, "key1": I32,
+                    "threshold": I64},
+                   {"DOMAIN": spec.DOMAIN_DROPOUT, "PER_ROW_SEED": per_row, "CONTIGUOUS": contiguous, "BLOCK": 1024})
+
+
+def compile_all(arch: int) -> int:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from sjlt.kernels import dropout, philox, sparse_jl
+
+    kernels = {name: getattr(module, name) for module in (dropout, philox, sparse_jl)
+               for name in dir(module) if name.endswith("_kernel")}
+    target = GPUTarget("cuda", arch, 32)
+    failures = 0
+    for name, signature, const in _variants():
+        signature = dict(signature)
+        for c in const:
+            signature.setdefault(c, "constexpr")
+        try:
+            compiled = triton.compile(ASTSource(fn=kernels[name], signature=signature, constexprs=const), target=target)
+            assert compiled.asm.get("ptx"), "no PTX"
+        except Exception as exc:  # report every failing variant, not just the first
+            failures += 1
+            print(f"FAILED sm_{arch} {name} {signature} {const}:\n{exc}\n", flush=True)
+    return failures
+
+
+@pytest.mark.parametrize("arch", [90, 80])
+def test_every_kernel_compiles_for(arch):
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    result = subprocess.run([sys.executable, __file__, str(arch)], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+
+
+if __name__ == "__main__":
+    sys.exit(min(compile_all(int(sys.argv[1])), 1))
