@@ -1,0 +1,65 @@
+"""``sjlt project --scheduler ADDRESS``: one task per input file on a Dask cluster.
+
+Each worker runs :func:`~sjlt.cli.project.project_file` on its file, regenerating the same
+matrix from the seed (nothing is broadcast) and writing its output crash-safely. The paths must
+mean the same on the client and on every worker (a shared file system).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import CLIError, Interrupted
+from .progress import FileResult, progress_bar
+from .project import Settings, project_file
+
+_CONNECT_TIMEOUT = "20s"
+
+
+def _connect(address: str):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise CLIError("--scheduler needs dask.distributed; install it with "
+                       "pip install 'sjlt[dask]'") from None
+    try:
+        return Client(address, timeout=_CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as error:
+        raise CLIError(f"cannot reach the Dask scheduler at {address!r} ({error}); start one with "
+                       f"`dask scheduler` and pass the address it prints (tcp://HOST:8786)") from None
+
+
+def project_on_cluster(pairs: list[tuple[Path, Path]], settings: Settings, address: str, *,
+                       quiet: bool) -> list[FileResult]:
+    """Projects every (input, output) pair on the cluster; raises one CLIError naming every file
+    that failed (the others are complete). Ctrl-C cancels the files not yet started."""
+    from distributed import as_completed
+
+    client = _connect(address)
+    try:
+        inputs = [str(source) for source, _ in pairs]
+        outputs = [str(target) for _, target in pairs]
+        # pure=False: re-running the same command must recompute, not reuse a cached result.
+        futures = client.map(project_file, inputs, outputs, settings=settings, pure=False)
+        origin = {future.key: name for future, name in zip(futures, inputs)}
+        results: list[FileResult] = []
+        failures: list[str] = []
+        try:
+            with progress_bar(len(futures), quiet=quiet) as bar:
+                bar.unit = "files"
+                for future in as_completed(futures, loop=client.loop):
+                    try:
+                        results.append(future.result())
+                    except CLIError as error:
+                        failures.append(f"{origin[future.key]}: {error}")
+                    except Exception as error:  # a worker died, or an unexpected bug on one
+                        failures.append(f"{origin[future.key]}: {type(error).__name__}: {error}")
+                    bar.update(1)
+        except (Interrupted, KeyboardInterrupt):
+            client.cancel(futures)
+            raise
+        if failures:
+            raise CLIError(f"{len(failures)} of {len(pairs)} files failed (the other outputs are "
+                           f"complete):\n  " + "\n  ".join(failures))
+        return results
+    finally:
+        client.close()

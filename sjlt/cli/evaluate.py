@@ -1,0 +1,162 @@
+"""``sjlt evaluate``: how well does each k preserve this data? Measured on a sample of rows.
+
+For each k: the distortion of squared pairwise distances, |‖Sx − Sy‖² / ‖x − y‖² − 1| (median
+and 99th percentile over all pairs of the sample), the recall of the exact nearest neighbours
+(the share of each row's true neighbours still among its neighbours after projection), and the
+eps the Johnson-Lindenstrauss bound guarantees for n = sample size, for comparison.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..functional import sparse_jl
+from .atomic import atomic_outputs
+from .device import resolve_device
+from .errors import CLIError
+from .io import expand_inputs, open_source
+
+#: Pairs kept for the scatter panel of the plot; more only blur into a blob.
+SCATTER_PAIRS = 5000
+
+
+@dataclass(frozen=True)
+class DimensionReport:
+    k: int
+    distortion_p50: float
+    distortion_p99: float
+    recall: float
+    jl_bound_eps: float | None  # None: the bound guarantees nothing at this k (eps >= 1)
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """Squared distances of a random subset of pairs, before and after projecting to k."""
+
+    k: int
+    original: np.ndarray
+    projected: np.ndarray
+
+
+def jl_bound_eps(n_samples: int, k: int) -> float | None:
+    """The eps of the JL bound at k: the eps for which
+    ``sklearn.random_projection.johnson_lindenstrauss_min_dim(n_samples, eps=eps)`` is k, i.e.
+    the root in (0, 1) of k = 4 ln n / (eps²/2 − eps³/3). None when there is none: eps²/2 −
+    eps³/3 rises from 0 to 1/6 on (0, 1), so k < 24 ln n leaves the bound vacuous."""
+    target = 4.0 * math.log(n_samples) / k
+    if target >= 1.0 / 6.0:
+        return None
+    low, high = 0.0, 1.0
+    for _ in range(200):  # bisection on an increasing function; 200 halvings reach float precision
+        middle = (low + high) / 2
+        if middle * middle / 2 - middle ** 3 / 3 < target:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def _nearest(squared: torch.Tensor, neighbors: int) -> torch.Tensor:
+    """Indices of each row's nearest other rows (the row itself excluded)."""
+    squared = squared.clone()
+    squared.fill_diagonal_(math.inf)
+    return squared.topk(neighbors, dim=1, largest=False).indices
+
+
+def evaluate_sample(x: torch.Tensor, dims: list[int], *, seed: int, nnz: int | None,
+                    neighbors: int, scatter_k: int | None = None,
+                    scatter_seed: int = 0) -> tuple[list[DimensionReport], Scatter | None]:
+    """The per-k quality of projecting the rows of ``x`` (m, d). Memory grows as m²."""
+    m = x.shape[0]
+    original = torch.cdist(x.double(), x.double()).pow_(2)
+    upper = torch.triu_indices(m, m, offset=1, device=x.device)
+    original_pairs = original[upper[0], upper[1]]
+    distinct = original_pairs > 0  # identical rows have no ratio to preserve
+    if not distinct.any():
+        raise CLIError("every sampled row is identical; there are no distances to compare")
+    true_neighbors = _nearest(original, neighbors)
+    pair_pick = torch.randperm(int(distinct.sum()), generator=torch.Generator().manual_seed(scatter_seed))
+    pair_pick = pair_pick[:SCATTER_PAIRS].to(x.device)
+    reports, scatter = [], None
+    for k in dims:
+        y = sparse_jl(x, k, seed=seed, nnz=nnz).double()
+        projected = torch.cdist(y, y).pow_(2)
+        projected_pairs = projected[upper[0], upper[1]]
+        distortion = ((projected_pairs[distinct] / original_pairs[distinct]) - 1).abs()
+        p50, p99 = np.percentile(distortion.cpu().numpy(), [50, 99])
+        found = _nearest(projected, neighbors)
+        hits = (true_neighbors[:, :, None] == found[:, None, :]).any(dim=2).sum().item()
+        reports.append(DimensionReport(k=k, distortion_p50=float(p50), distortion_p99=float(p99),
+                                       recall=hits / (m * neighbors), jl_bound_eps=jl_bound_eps(m, k)))
+        if k == scatter_k:
+            scatter = Scatter(k, original_pairs[distinct][pair_pick].cpu().numpy(),
+                              projected_pairs[distinct][pair_pick].cpu().numpy())
+    return reports, scatter
+
+
+def load_sample(path: Path, column: str | None, size: int, seed: int) -> tuple[np.ndarray, int]:
+    """``size`` rows drawn without replacement (all rows if fewer), and the row count."""
+    source = open_source(path, column)
+    count = min(size, source.n_rows)
+    rows = np.sort(np.random.default_rng(seed).choice(source.n_rows, size=count, replace=False))
+    return source.take_rows(rows), source.n_rows
+
+
+def format_table(reports: list[DimensionReport], *, neighbors: int, n_samples: int) -> str:
+    bound_header = f"JL-bound eps (n={n_samples})"
+    lines = [f"{'k':>6}  {'distortion p50':>14}  {'distortion p99':>14}  "
+             f"{f'recall@{neighbors}':>10}  {bound_header}"]
+    for r in reports:
+        bound = (f"{r.jl_bound_eps:.3f}" if r.jl_bound_eps is not None
+                 else f"none (needs k >= {math.ceil(24 * math.log(n_samples))})")
+        lines.append(f"{r.k:>6}  {r.distortion_p50:>14.4f}  {r.distortion_p99:>14.4f}  "
+                     f"{r.recall:>10.3f}  {bound}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    """The ``sjlt evaluate`` command, from parsed arguments."""
+    inputs, collection = expand_inputs(args.input)
+    if collection:
+        raise CLIError(f"sjlt evaluate reads one file; {args.input!r} names {len(inputs)} — "
+                       f"pass one of them")
+    if args.plot:
+        from .plot import require_matplotlib
+
+        require_matplotlib()  # before the work, not after it
+    device = resolve_device(args.device)
+    sample, total = load_sample(inputs[0], args.column, args.sample, args.seed)
+    if len(sample) <= args.neighbors:
+        raise CLIError(f"recall@{args.neighbors} needs more than {args.neighbors} rows, but "
+                       f"{str(inputs[0])!r} has {total}; use a larger file or a smaller --neighbors")
+    bad = np.flatnonzero(~np.isfinite(sample).all(axis=1))
+    if bad.size:
+        raise CLIError(f"the sample from {str(inputs[0])!r} has {bad.size} rows with NaN or inf; "
+                       f"clean the input first")
+    x = torch.from_numpy(sample).to(device=device, dtype=torch.float32)
+    scatter_k = args.plot_k if args.plot_k is not None else args.dims[len(args.dims) // 2]
+    reports, scatter = evaluate_sample(x, args.dims, seed=args.seed, nnz=args.nnz,
+                                       neighbors=args.neighbors, scatter_k=scatter_k,
+                                       scatter_seed=args.seed)
+    print(f"sjlt evaluate: {len(sample):,} of {total:,} rows of {str(inputs[0])!r} "
+          f"({sample.shape[1]} dims), seed {args.seed}")
+    print(format_table(reports, neighbors=args.neighbors, n_samples=len(sample)))
+    if args.json:
+        record = {"input": str(inputs[0]), "rows": total, "sample": len(sample),
+                  "features": int(sample.shape[1]), "seed": args.seed, "neighbors": args.neighbors,
+                  "dims": [asdict(r) for r in reports]}
+        with atomic_outputs(Path(args.json)) as (temporary,):
+            temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if args.plot:
+        from .plot import write_report
+
+        write_report(Path(args.plot), reports, scatter, neighbors=args.neighbors,
+                     n_samples=len(sample))
+        print(f"sjlt evaluate: wrote {args.plot}", file=sys.stderr)
+    return 0

@@ -1,0 +1,185 @@
+"""Streaming .npy reader and writer: row batches in, row batches out, bounded memory.
+
+The reader does not memory-map the file: pages of a mapping count toward the process's resident
+memory and address space until the kernel evicts them, so a 150 GB input could show 150 GB
+resident. It reads each batch with ``readinto`` into a reusable (pinned, on GPU) buffer instead:
+one copy, as the mapping would make, with memory fixed by the batch size.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import numpy.lib.format as npy_format
+
+from .errors import CLIError
+from .io import Batch
+from .pipeline import BufferPool
+
+FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+_MAX_HEADER_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    shape: tuple[int, ...]
+    dtype: np.dtype        # as stored, possibly non-native byte order
+    fortran_order: bool
+    data_offset: int
+
+
+def read_npy_header(path: Path) -> NpyHeader:
+    """The header of a .npy file; a clear :class:`CLIError` for anything but a valid one."""
+    try:
+        with open(path, "rb") as f:
+            try:
+                version = npy_format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = npy_format.read_array_header_1_0(f, max_header_size=_MAX_HEADER_BYTES)
+                elif version == (2, 0):
+                    shape, fortran, dtype = npy_format.read_array_header_2_0(f, max_header_size=_MAX_HEADER_BYTES)
+                else:
+                    raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+            except (ValueError, SyntaxError, EOFError) as error:
+                raise CLIError(f"INPUT {str(path)!r} is not a readable .npy file ({error}); "
+                               f"write it with numpy.save") from None
+            offset = f.tell()
+    except OSError as error:
+        raise CLIError(f"cannot read INPUT {str(path)!r}: {error.strerror or error}") from None
+    return NpyHeader(tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran), offset)
+
+
+def check_embedding_array(path: Path, header: NpyHeader) -> None:
+    shape, dtype = header.shape, header.dtype
+    name = repr(str(path))
+    if dtype.type not in FLOAT_DTYPES:
+        raise CLIError(f"INPUT {name} holds {dtype} values; sjlt projects floating-point "
+                       f"embeddings: save them as float16, float32 or float64, "
+                       f"e.g. numpy.save(path, a.astype(numpy.float32))")
+    if len(shape) < 2:
+        raise CLIError(f"INPUT {name} is a {len(shape)}-D array of shape {shape}; sjlt projects "
+                       f"the rows of a 2-D (rows, features) array: save one vector as "
+                       f"a.reshape(1, -1)")
+    if shape[-1] == 0:
+        raise CLIError(f"INPUT {name} has shape {shape}: 0 features per row, nothing to project")
+    if header.fortran_order and len(shape) > 2:
+        raise CLIError(f"INPUT {name} is a {len(shape)}-D array in Fortran order; save it in C "
+                       f"order: numpy.save(path, numpy.ascontiguousarray(a))")
+    needed = header.data_offset + math.prod(shape) * dtype.itemsize
+    actual = os.path.getsize(path)
+    if actual < needed:
+        raise CLIError(f"INPUT {name} is truncated: its header promises {needed:,} bytes but the "
+                       f"file has {actual:,}; write it again")
+
+
+def _read_exactly(f, view: memoryview, offset: int) -> None:
+    f.seek(offset)
+    done = 0
+    while done < len(view):
+        count = f.readinto(view[done:])
+        if not count:
+            raise CLIError(f"INPUT {f.name!r} ended early (was it truncated while being read?)")
+        done += count
+
+
+class NpySource:
+    """Rows of a .npy array of shape (..., features), read in batches; never writes the file."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.header = read_npy_header(self.path)
+        check_embedding_array(self.path, self.header)
+        self.shape = self.header.shape
+        self.dim = self.shape[-1]
+        self.n_rows = math.prod(self.shape[:-1])
+        self.dtype = self.header.dtype.newbyteorder("=")
+        self.column = None
+        self.carried_columns: list[str] = []
+
+    @property
+    def nbytes(self) -> int:
+        return self.n_rows * self.dim * self.dtype.itemsize
+
+    def batch_buffer_bytes(self, batch_rows: int) -> int:
+        return min(batch_rows, max(self.n_rows, 1)) * self.dim * self.dtype.itemsize
+
+    def take_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The given rows (sorted indices) as a native-order array, via a read-only memory map:
+        only the pages holding those rows are touched."""
+        mapped = np.load(self.path, mmap_mode="r").reshape(self.n_rows, self.dim)
+        return np.asarray(mapped[rows], dtype=self.dtype)
+
+    def batches(self, batch_rows: int, pool: BufferPool, stop: threading.Event) -> Iterator[Batch]:
+        header, itemsize, dim = self.header, self.dtype.itemsize, self.dim
+        with open(self.path, "rb", buffering=0) as f:
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            for index, start in enumerate(range(0, self.n_rows, batch_rows)):
+                rows = min(batch_rows, self.n_rows - start)
+                buffer = pool.acquire(stop)
+                if buffer is None:
+                    return
+                try:
+                    raw = buffer[: rows * dim * itemsize]
+                    if header.fortran_order:
+                        # Column j of the batch is one contiguous run of the file.
+                        columns = raw.view(header.dtype).reshape(dim, rows)
+                        for j in range(dim):
+                            _read_exactly(f, memoryview(columns[j]).cast("B"),
+                                          header.data_offset + (j * self.n_rows + start) * itemsize)
+                        values = columns.T
+                    else:
+                        _read_exactly(f, memoryview(raw), header.data_offset + start * dim * itemsize)
+                        values = raw.view(header.dtype).reshape(rows, dim)
+                    if not header.dtype.isnative:
+                        values = values.byteswap(inplace=True).view(self.dtype)
+                except BaseException:
+                    pool.release(buffer)
+                    raise
+                yield Batch(index, start, values, buffer=buffer)
+
+
+class NpySink:
+    """Writes a .npy of a known shape batch by batch, then its JSON sidecar of settings."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, *,
+                 sidecar_path: Path, metadata: dict):
+        self._dtype = np.dtype(dtype)
+        self._expected = math.prod(shape) * self._dtype.itemsize
+        self._written = 0
+        self._sidecar_path = sidecar_path
+        self._metadata = metadata
+        self._file = open(path, "wb")
+        header = {"descr": npy_format.dtype_to_descr(self._dtype), "fortran_order": False,
+                  "shape": tuple(shape)}
+        # Format 1.0 stores the header length in 16 bits; only enormous shapes overflow it.
+        if len(repr(header)) > 65000:
+            npy_format.write_array_header_2_0(self._file, header)
+        else:
+            npy_format.write_array_header_1_0(self._file, header)
+
+    def write(self, projected: np.ndarray, batch: Batch) -> None:
+        projected = np.ascontiguousarray(projected, dtype=self._dtype)
+        self._file.write(memoryview(projected).cast("B"))
+        self._written += projected.nbytes
+
+    def close(self) -> None:
+        if self._written != self._expected:
+            raise RuntimeError(f"wrote {self._written} bytes of projections where the header "
+                               f"promises {self._expected}; this is a bug in sjlt")
+        self._file.close()
+        with open(self._sidecar_path, "w", encoding="utf-8") as f:
+            json.dump(self._metadata, f, indent=2)
+            f.write("\n")
+
+    def abort(self) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass

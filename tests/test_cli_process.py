@@ -1,0 +1,127 @@
+"""``sjlt project`` as a real process: signals, bounded memory, the progress bar on a terminal."""
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import numpy as np
+import pytest
+
+from test_cli_helpers import digest, leftovers
+
+_CLI = [sys.executable, "-m", "sjlt", "project"]
+
+
+def _write_large_npy(path, rows: int, features: int) -> None:
+    """A big .npy without holding it in memory: one random block, written over and over."""
+    block = np.random.default_rng().standard_normal((8192, features), dtype=np.float32)
+    target = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, features))
+    for start in range(0, rows, len(block)):
+        stop = min(rows, start + len(block))
+        target[start:stop] = block[: stop - start]
+    target.flush()
+    del target
+
+
+def _wait_for_progress(directory, process, min_bytes: int, timeout: float = 60.0):
+    """Waits until a temporary output holds ``min_bytes``: the run is well under way."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the CLI finished before it could be interrupted"
+        for name in leftovers(directory):
+            try:
+                if os.path.getsize(directory / name) >= min_bytes:
+                    return
+            except FileNotFoundError:
+                pass
+        time.sleep(0.02)
+    pytest.fail("no temporary output appeared")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_run_leaves_no_output_and_no_temporary(tmp_path, signum):
+    _write_large_npy(tmp_path / "in.npy", 200_000, 64)
+    before = digest(tmp_path / "in.npy")
+    process = subprocess.Popen(_CLI + [str(tmp_path / "in.npy"), str(tmp_path / "out.npy"),
+                                       "--dim", "16", "--batch-rows", "400"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_progress(tmp_path, process, min_bytes=64 * 1024)
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signum, err
+    assert f"stopped by {signal.Signals(signum).name}" in err and "Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == ["in.npy"]  # no output, no sidecar, no temporary
+    assert digest(tmp_path / "in.npy") == before
+
+
+# Runs the CLI, then prints the process's peak resident memory. VmHWM belongs to the memory map
+# made at exec, so unlike getrusage's ru_maxrss it does not include the RSS of the parent that
+# forked it (this pytest process, torch and all).
+_PEAK_SCRIPT = """
+import sys
+from sjlt.cli import main
+code = main(sys.argv[1:])
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(int(peak.split()[1]) * 1024)
+sys.exit(code)
+"""
+
+
+def _peak_rss_bytes(cli_args) -> int:
+    done = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, "project"] + cli_args,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM from /proc")
+def test_memory_stays_bounded_on_a_file_larger_than_the_allowance(tmp_path):
+    """Peak resident memory on a ~500 MB file stays within 64 MB of the peak on a tiny file
+    (torch alone takes a few hundred MB), and below the file's size."""
+    _write_large_npy(tmp_path / "tiny.npy", 1000, 384)
+    _write_large_npy(tmp_path / "large.npy", 330_000, 384)
+    flags = ["--dim", "32", "--nnz", "2", "--batch-rows", "4096", "--quiet"]
+    baseline = _peak_rss_bytes([str(tmp_path / "tiny.npy"), str(tmp_path / "t.npy")] + flags)
+    allowance = baseline + (64 << 20)
+    size = os.path.getsize(tmp_path / "large.npy")
+    assert size > allowance, "the test file must be larger than the memory the process may use"
+    peak = _peak_rss_bytes([str(tmp_path / "large.npy"), str(tmp_path / "l.npy")] + flags)
+    assert peak < allowance, f"peak RSS {peak / 2**20:.0f} MB, allowance {allowance / 2**20:.0f} MB"
+    assert np.load(tmp_path / "l.npy", mmap_mode="r").shape == (330_000, 32)
+
+
+def test_progress_bar_shows_on_a_terminal_only(tmp_path):
+    _write_large_npy(tmp_path / "in.npy", 20_000, 32)
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
+    try:
+        process = subprocess.Popen(_CLI + [str(tmp_path / "in.npy"), str(tmp_path / "out.npy"),
+                                           "--dim", "8", "--batch-rows", "1000"],
+                                   stdout=subprocess.PIPE, stderr=terminal, text=True)
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal closes when the process exits
+                break
+            if not chunk:
+                break
+            shown += chunk
+        out, _ = process.communicate(timeout=60)
+    finally:
+        os.close(controller)
+    assert process.returncode == 0
+    assert b"rows/s" in shown and b"20.0k/20.0k" in shown  # tqdm's bar: rows done, rate
+    assert out.startswith("sjlt: projected 20,000 rows")
