@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet $(TORCH)
 
 setup: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[parquet,plot,demo]"
+	$(BIN)/python -m pip install --quiet -e ".[parquet,plot,examples]"
 
 setup-test: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
