@@ -132,7 +132,11 @@ def main(argv=None) -> int:
         device = torch.device("cpu")
         dist.init_process_group("gloo", timeout=timedelta(minutes=5))
     try:
-        return run(args, rank, world, device)
+        status = run(args, rank, world, device)
+        # No rank tears gloo down while another still writes its table: an early teardown
+        # aborts the slower rank ("terminate called without an active exception").
+        dist.barrier()
+        return status
     finally:
         dist.destroy_process_group()
 
