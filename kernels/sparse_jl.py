@@ -1,6 +1,7 @@
 """Sparse JL transform kernels: Y = X S^T (forward), Z = Y S (transpose), and S's hash table.
 
-S (k x d) is never stored. Column j's t-th nonzero (t < s) sits in block t of the rows,
+S (k x d) is never stored: a pre-pass hashes each (nonzero, column) once into an nnz x d int32
+table (O(d) memory), which the projection kernels read. Column j's t-th nonzero (t < s) sits in block t of the rows,
 [floor(t*k/s), floor((t+1)*k/s)), at the row picked by one Philox call on counter
 (j mod 2**32, j div 2**32, t, DOMAIN) and key (k0, k1); see ``docs/spec.md``.
 
@@ -41,18 +42,28 @@ def nonzero_row_and_sign(local_col, column_offset, t, start, size, key0, key1, D
 
 
 @triton.jit
-def sparse_jl_hash_kernel(rows_ptr, negative_ptr, d, k, nnz, column_offset, key0, key1,
+def sparse_jl_hash_kernel(table_ptr, d, k, nnz, column_offset, key0, key1,
                           DOMAIN: tl.constexpr, BLOCK: tl.constexpr):
-    """Writes rows[t, j] and negative[t, j] for t < nnz, j < d (grid: (cdiv(d, BLOCK), nnz))."""
+    """table[t, j] = row of nonzero t of column j, with bit 31 set when its sign is negative.
+
+    Grid: (cdiv(d, BLOCK), nnz). Each (column, t) is hashed exactly once, one per thread; the
+    projection kernels read this table (nnz * d int32, O(d) memory) instead of re-hashing in
+    every program, where the column vector would be replicated across threads.
+    """
     pid = tl.program_id(0)
     t = tl.program_id(1)
     j = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = j < d
     start, size = block_bounds(t, k, nnz)
     row, sign = nonzero_row_and_sign(j, column_offset, t, start, size, key0, key1, DOMAIN)
-    out = t.to(tl.int64) * d + j
-    tl.store(rows_ptr + out, row, mask=mask)
-    tl.store(negative_ptr + out, (sign < 0).to(tl.int8), mask=mask)
+    packed = row.to(tl.int32) | tl.where(sign < 0, -2147483648, 0).to(tl.int32)
+    tl.store(table_ptr + t.to(tl.int64) * d + j, packed, mask=mask)
+
+
+@triton.jit
+def unpack_row_and_sign(packed):
+    """(row, sign) from a hash-table entry: rows fit in 31 bits (k < 2**31); bit 31 is the sign."""
+    return packed & 0x7FFFFFFF, tl.where(packed < 0, -1.0, 1.0)
 
 
 @triton.jit
@@ -80,9 +91,9 @@ def _dot_exact(a, b, acc, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr):
 
 @triton.jit
 def sparse_jl_forward_kernel(
-    x_ptr, out_ptr, n, d, k, nnz, column_offset, key0, key1, scale,
+    x_ptr, table_ptr, out_ptr, n, d, k, nnz, scale,
     stride_xm, stride_xd, stride_om, stride_ok, stride_split, cols_per_split,
-    DOMAIN: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """out[split, m, o] = scale * sum over this split's columns j of x[m, j] * sign * [row == o].
@@ -111,8 +122,8 @@ def sparse_jl_forward_kernel(
                     mask=mask_m[:, None] & mask_d[None, :], other=0.0)
         one_hot = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
         for t in range(t_first, t_last + 1):
-            start, size = block_bounds(t, k, nnz)
-            row, sign = nonzero_row_and_sign(offs_d, column_offset, t, start, size, key0, key1, DOMAIN)
+            packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
+            row, sign = unpack_row_and_sign(packed)
             one_hot += tl.where(row[:, None] == offs_o[None, :], sign[:, None], 0.0)
         if SPLIT_FP32:
             acc = _dot_exact(x.to(tl.float32), one_hot, acc, SPLIT_FP32, DOT_DTYPE)
@@ -125,16 +136,16 @@ def sparse_jl_forward_kernel(
 
 @triton.jit
 def sparse_jl_transpose_kernel(
-    y_ptr, z_ptr, n, d, k, nnz, column_offset, key0, key1, scale,
+    y_ptr, table_ptr, z_ptr, n, d, k, nnz, scale,
     stride_ym, stride_yk, stride_zm, stride_zd,
-    DOMAIN: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """z[m, j] = scale * sum_t sign(j, t) * y[m, row(j, t)]. Grid: cdiv(n, BLOCK_M) * cdiv(d, BLOCK_D)
     programs on one axis (axis 1 would cap d at 65535 tiles); neighbours share rows of y in L2.
 
-    Each column's t-th row lies in block t, so the program visits block t's rows only, with the
-    hash of its columns computed once per block.
+    Mirrors the forward: for each BLOCK_N chunk of y's columns, one one-hot tile holds every block
+    that intersects the chunk, so small blocks (k / nnz < BLOCK_N) cost one dot, not one each.
     """
     tiles_d = tl.cdiv(d, BLOCK_D)
     pid = tl.program_id(0)
@@ -145,20 +156,21 @@ def sparse_jl_transpose_kernel(
     mask_m = offs_m < n
     mask_d = offs_d < d
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-    for t in range(0, nnz):
-        block_begin, block_size = block_bounds(t, k, nnz)
-        row, sign = nonzero_row_and_sign(offs_d, column_offset, t, block_begin, block_size, key0, key1, DOMAIN)
-        block_end = block_begin + block_size
-        for o0 in range(block_begin, block_end, BLOCK_N):
-            offs_o = o0 + tl.arange(0, BLOCK_N)
-            mask_o = offs_o < block_end
-            y = tl.load(y_ptr + offs_m[:, None] * stride_ym + offs_o[None, :] * stride_yk,
-                        mask=mask_m[:, None] & mask_o[None, :], other=0.0)
-            one_hot_t = tl.where(offs_o[:, None] == row[None, :], sign[None, :], 0.0)
-            if SPLIT_FP32:
-                acc = _dot_exact(y.to(tl.float32), one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
-            else:
-                acc = _dot_exact(y, one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
+    for o0 in range(0, k, BLOCK_N):
+        offs_o = o0 + tl.arange(0, BLOCK_N)
+        y = tl.load(y_ptr + offs_m[:, None] * stride_ym + offs_o[None, :] * stride_yk,
+                    mask=mask_m[:, None] & (offs_o[None, :] < k), other=0.0)
+        t_first = _block_of_row(o0, k, nnz)
+        t_last = _block_of_row(tl.minimum(o0 + BLOCK_N, k) - 1, k, nnz)
+        one_hot_t = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+        for t in range(t_first, t_last + 1):
+            packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
+            row, sign = unpack_row_and_sign(packed)
+            one_hot_t += tl.where(offs_o[:, None] == row[None, :], sign[None, :], 0.0)
+        if SPLIT_FP32:
+            acc = _dot_exact(y.to(tl.float32), one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
+        else:
+            acc = _dot_exact(y, one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
     out = acc * scale
     tl.store(z_ptr + offs_m[:, None] * stride_zm + offs_d[None, :] * stride_zd,
              out.to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])

@@ -26,20 +26,22 @@ def _variants():
                      "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 64}
             key = I32
             if key_type == "one":  # the compiler turns integer arguments equal to 1 into constants
-                const.update(key0=1, key1=1, nnz=1)
+                const.update(nnz=1)
             else:
                 key = key_type
-            common = {"n": I32, "d": I32, "k": I32, "nnz": I32, "column_offset": I64, "key0": key, "key1": key,
-                      "scale": "fp32"}
+            common = {"table_ptr": "*i32", "n": I32, "d": I32, "k": I32, "nnz": I32, "scale": "fp32"}
+            const.pop("DOMAIN")
             yield ("sparse_jl_forward_kernel",
                    {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
                     "stride_om": I64, "stride_ok": I32, "stride_split": I64, "cols_per_split": I64}, const)
             yield ("sparse_jl_transpose_kernel",
                    {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
                     "stride_zm": I64, "stride_zd": I32}, const)
-    yield ("sparse_jl_hash_kernel", {"rows_ptr": "*i64", "negative_ptr": "*i8", "d": I32, "k": I32, "nnz": I32,
-                                     "column_offset": I64, "key0": I32, "key1": I64},
-           {"DOMAIN": spec.DOMAIN_SPARSE_JL, "BLOCK": 256})
+            hash_const = {"DOMAIN": spec.DOMAIN_SPARSE_JL, "BLOCK": 256}
+            if key_type == "one":
+                hash_const.update(key0=1, key1=1, nnz=1)
+            yield ("sparse_jl_hash_kernel", {"table_ptr": "*i32", "d": I32, "k": I32, "nnz": I32,
+                                             "column_offset": I64, "key0": key, "key1": key}, hash_const)
     yield ("philox_blocks_kernel", {"counter_ptr": "*i64", "key_ptr": "*i64", "out_ptr": "*i64", "n": I32},
            {"BLOCK": 128})
     for dtype, compute in [("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32"), ("fp64", "fp64")]:

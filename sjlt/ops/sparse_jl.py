@@ -17,14 +17,19 @@ _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _block_sizes(n: int):
-    """(BLOCK_M, BLOCK_N, BLOCK_D). Building the one-hot tile of S costs per (d-tile, k-tile) and is
-    shared by the BLOCK_M rows, so large row tiles and narrow k tiles win: the H100 sweep in
-    benchmarks/RESULTS.md measured (256, 32, 32) fastest for n = 2**20 (7.2 ms vs 36 ms at 64^3)."""
+    """(BLOCK_M, BLOCK_N, BLOCK_D). The one-hot tile of S is built per (d-tile, k-tile) and shared by
+    the BLOCK_M rows; the H100 sweep in benchmarks/RESULTS.md measured (128, 64, 64) fastest at
+    n = 2**20, d = 1024, k = 64 and 256 in float32 and bfloat16."""
     if triton_interpreting():
         return 32, 32, 64
     if n >= 4096:
-        return 256, 32, 32
-    return (16 if n <= 16 else 32 if n <= 32 else 64), 32, 32
+        return 128, 64, 64
+    return (16 if n <= 16 else 32 if n <= 32 else 64), 64, 64
+
+
+def _num_warps(dtype) -> int:
+    # Measured: float32 (three dots per tile) prefers 4 warps, half types 8.
+    return 4 if dtype == torch.float32 else 8
 
 
 def _dot_config(dtype):
@@ -48,12 +53,14 @@ def default_splits(n: int, d: int, k: int, device: torch.device) -> int:
 
 
 def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
-                   column_offset: int, splits: int | None = None, blocks=None, num_warps: int = 4) -> torch.Tensor:
+                   column_offset: int, splits: int | None = None, blocks=None,
+                   num_warps: int | None = None) -> torch.Tensor:
     """Y = x S^T. ``splits``, ``blocks`` (BLOCK_M, BLOCK_N, BLOCK_D) and ``num_warps`` override the
     tiling heuristics (tests and benchmark sweeps); the result's value does not depend on them."""
     from ..kernels.sparse_jl import sparse_jl_forward_kernel
 
     n, d = x.shape
+    table = hash_table(d, out_features, key0, key1, nnz, column_offset, x.device)
     k = out_features
     block_m, block_n, block_d = blocks or _block_sizes(n)
     if splits is None:
@@ -69,10 +76,10 @@ def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz
         stride_split = out.stride(0)
     grid = (math.ceil(n / block_m), math.ceil(k / block_n), splits)
     sparse_jl_forward_kernel[grid](
-        x, out, n, d, k, nnz, column_offset, key0, key1, 1.0 / math.sqrt(nnz),
+        x, table, out, n, d, k, nnz, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split, cols_per_split,
-        DOMAIN=spec.DOMAIN_SPARSE_JL, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=num_warps,
+        SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=num_warps or _num_warps(x.dtype),
     )
     if splits == 1:
         return out
@@ -85,33 +92,40 @@ def triton_transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nn
 
     n, k = y.shape
     d = in_features
+    table = hash_table(d, k, key0, key1, nnz, column_offset, y.device)
     block_m, block_n, block_d = _block_sizes(n)
     split_fp32, dot_type = _dot_config(y.dtype)
     z = _buffers.empty((n, d), y.dtype, y.device)
     grid = (math.ceil(n / block_m) * math.ceil(d / block_d),)
     sparse_jl_transpose_kernel[grid](
-        y, z, n, d, k, nnz, column_offset, key0, key1, 1.0 / math.sqrt(nnz),
+        y, table, z, n, d, k, nnz, 1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
-        DOMAIN=spec.DOMAIN_SPARSE_JL, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=_num_warps(y.dtype),
     )
     return z
+
+
+def hash_table(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
+               column_offset: int, device) -> torch.Tensor:
+    """The (nnz, in_features) int32 table of S: row | (negative << 31), one Philox call per entry."""
+    from ..kernels.sparse_jl import sparse_jl_hash_kernel
+
+    table = _buffers.empty((nnz, in_features), torch.int32, device)
+    block = 256
+    if in_features > 0:
+        sparse_jl_hash_kernel[(math.ceil(in_features / block), nnz)](
+            table, in_features, out_features, nnz, column_offset, key0, key1,
+            DOMAIN=spec.DOMAIN_SPARSE_JL, BLOCK=block,
+        )
+    return table
 
 
 def triton_hash(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
                 column_offset: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's own (rows, negative) table, for materialising S and for tests."""
-    from ..kernels.sparse_jl import sparse_jl_hash_kernel
-
-    rows = _buffers.empty((nnz, in_features), torch.int64, device)
-    negative = _buffers.empty((nnz, in_features), torch.int8, device)
-    block = 256
-    if in_features > 0:
-        sparse_jl_hash_kernel[(math.ceil(in_features / block), nnz)](
-            rows, negative, in_features, out_features, nnz, column_offset, key0, key1,
-            DOMAIN=spec.DOMAIN_SPARSE_JL, BLOCK=block,
-        )
-    return rows, negative.bool()
+    table = hash_table(in_features, out_features, key0, key1, nnz, column_offset, device)
+    return (table & 0x7FFFFFFF).to(torch.int64), table < 0
 
 
 def _seed(key0: int, key1: int) -> int:
