@@ -15,7 +15,7 @@ from sklearn.random_projection import johnson_lindenstrauss_min_dim
 
 import sjlt
 from sjlt.cli.evaluate import jl_bound_eps
-from test_cli_helpers import assert_one_error_line, random_rows, run_cli
+from test_cli_helpers import CLI_RUNS_KERNEL, assert_one_error_line, random_rows, run_cli
 
 
 def independent_metrics(x: np.ndarray, k: int, seed: int, neighbors: int):
@@ -45,8 +45,9 @@ def test_table_and_json_match_an_independent_computation(tmp_path, capsys):
     assert [d["k"] for d in record["dims"]] == [8, 16, 32]
     for entry in record["dims"]:
         p50, p99, recall = independent_metrics(x, entry["k"], seed=4, neighbors=5)
-        assert entry["distortion_p50"] == pytest.approx(p50, rel=1e-6)
-        assert entry["distortion_p99"] == pytest.approx(p99, rel=1e-6)
+        rel = 1e-4 if CLI_RUNS_KERNEL else 1e-6  # kernel vs reference: float32 tolerance, see helpers
+        assert entry["distortion_p50"] == pytest.approx(p50, rel=rel)
+        assert entry["distortion_p99"] == pytest.approx(p99, rel=rel)
         assert entry["recall"] == pytest.approx(recall, abs=0.02)  # near-ties may order differently
         assert entry["jl_bound_eps"] is None  # 24 ln 120 = 115 > 32: the bound says nothing
     assert "distortion p50" in out and "recall@5" in out and "JL-bound eps (n=120)" in out

@@ -15,7 +15,7 @@ import torch
 import sjlt
 from sjlt.cli import npy as npy_module
 from sjlt.cli.parquet import read_metadata
-from test_cli_helpers import assert_one_error_line, digest, leftovers, random_rows, run_cli
+from test_cli_helpers import assert_one_error_line, assert_projection_equal, digest, leftovers, random_rows, run_cli
 
 
 def expected(x: np.ndarray, k: int, seed: int, nnz=None) -> np.ndarray:
@@ -39,7 +39,7 @@ def test_npy_in_batches_matches_in_memory_projection_and_records_settings(tmp_pa
     assert code == 0, err
     y = np.load(tmp_path / "out.npy")
     assert y.dtype == np.float32 and y.shape == (1000, 20)
-    np.testing.assert_array_equal(y, expected(x, 20, 123, nnz=3))
+    assert_projection_equal(y, expected(x, 20, 123, nnz=3))
     sidecar = json.loads((tmp_path / "out.npy.json").read_text())
     assert sidecar["seed"] == 123 and sidecar["out_features"] == 20 and sidecar["nnz"] == 3
     assert sidecar["spec_version"] == sjlt.SPEC_VERSION and sidecar["sjlt_version"] == sjlt.__version__
@@ -58,7 +58,7 @@ def test_output_keeps_the_input_dtype(tmp_path, capsys, dtype):
     assert code == 0, err
     y = np.load(tmp_path / "out.npy")
     assert y.dtype == dtype
-    np.testing.assert_array_equal(y, expected(x, 8, 0))
+    assert_projection_equal(y, expected(x, 8, 0))
 
 
 def test_dtype_flag_projects_in_the_wider_type_then_casts(tmp_path, capsys):
@@ -70,7 +70,7 @@ def test_dtype_flag_projects_in_the_wider_type_then_casts(tmp_path, capsys):
     y = np.load(tmp_path / "out.npy")
     assert y.dtype == np.float16
     projected = sjlt.sparse_jl(torch.from_numpy(x), 8, seed=0)  # in float64, then cast
-    np.testing.assert_array_equal(y, projected.to(torch.float16).numpy())
+    assert_projection_equal(y, projected.to(torch.float16).numpy())
     assert json.loads((tmp_path / "out.npy.json").read_text())["output_dtype"] == "float16"
 
 
@@ -83,11 +83,11 @@ def test_fortran_order_big_endian_and_3d_inputs(tmp_path, capsys):
         code, _, err = run_cli(capsys, "project", tmp_path / f"{name}.npy",
                                tmp_path / f"{name}_out.npy", "--dim", 6, "--batch-rows", 40, "--quiet")
         assert code == 0, err
-    np.testing.assert_array_equal(np.load(tmp_path / "fortran_out.npy"), expected(x, 6, 0))
-    np.testing.assert_array_equal(np.load(tmp_path / "big_out.npy"), expected(x, 6, 0))
+    assert_projection_equal(np.load(tmp_path / "fortran_out.npy"), expected(x, 6, 0))
+    assert_projection_equal(np.load(tmp_path / "big_out.npy"), expected(x, 6, 0))
     cube = np.load(tmp_path / "cube_out.npy")
     assert cube.shape == (10, 15, 6)
-    np.testing.assert_array_equal(cube.reshape(150, 6), expected(x, 6, 0))
+    assert_projection_equal(cube.reshape(150, 6), expected(x, 6, 0))
 
 
 def test_python_dash_m_runs_the_same_command(tmp_path):
@@ -98,7 +98,7 @@ def test_python_dash_m_runs_the_same_command(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no progress bar off a terminal, and no library warnings
     assert done.stdout.startswith("sjlt: projected 64 rows, 16 -> 4 dims")
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected(x, 4, 0))
+    assert_projection_equal(np.load(tmp_path / "out.npy"), expected(x, 4, 0))
 
 
 def test_quiet_prints_nothing(tmp_path, capsys):
@@ -134,7 +134,7 @@ def test_parquet_carries_other_columns_and_records_settings(tmp_path, capsys, fi
     assert result.column_names == ["id", "text", "emb"]
     assert result.column("id").equals(table.column("id")) and result.column("text").equals(table.column("text"))
     assert result.schema.field("emb").type == pa.list_(pa.float32(), 12)
-    np.testing.assert_array_equal(parquet_matrix(tmp_path / "out.parquet", "emb"), expected(x, 12, 9))
+    assert_projection_equal(parquet_matrix(tmp_path / "out.parquet", "emb"), expected(x, 12, 9))
     settings = read_metadata(tmp_path / "out.parquet")
     assert settings["seed"] == 9 and settings["out_features"] == 12 and settings["column"] == "emb"
     assert settings["input_shape"] == [500, 40] and settings["spec_version"] == sjlt.SPEC_VERSION
@@ -152,7 +152,7 @@ def test_parquet_column_flag_picks_among_several(tmp_path, capsys):
     code, _, err = run_cli(capsys, "project", tmp_path / "in.parquet", tmp_path / "out.parquet",
                            "--dim", 3, "--column", "b", "-q")
     assert code == 0, err
-    np.testing.assert_array_equal(parquet_matrix(tmp_path / "out.parquet", "b"), expected(other, 3, 0))
+    assert_projection_equal(parquet_matrix(tmp_path / "out.parquet", "b"), expected(other, 3, 0))
     np.testing.assert_array_equal(parquet_matrix(tmp_path / "out.parquet", "a"), x)
 
 
@@ -162,7 +162,7 @@ def test_npy_to_parquet_and_parquet_to_npy(tmp_path, capsys):
     code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "mid.parquet", "--dim", 5, "-q")
     assert code == 0, err
     assert pq.read_schema(tmp_path / "mid.parquet").field("embedding").type == pa.list_(pa.float64(), 5)
-    np.testing.assert_array_equal(parquet_matrix(tmp_path / "mid.parquet", "embedding"), expected(x, 5, 0))
+    assert_projection_equal(parquet_matrix(tmp_path / "mid.parquet", "embedding"), expected(x, 5, 0))
 
     code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "named.parquet", "--dim", 5,
                            "--column", "vector", "-q")
@@ -192,7 +192,7 @@ def test_directory_and_glob_inputs_give_one_output_per_file(tmp_path, capsys):
     assert code == 0, err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(inputs)
     for name, x in inputs.items():
-        np.testing.assert_array_equal(parquet_matrix(tmp_path / "out" / name, "emb"), expected(x, 4, 0))
+        assert_projection_equal(parquet_matrix(tmp_path / "out" / name, "emb"), expected(x, 4, 0))
     assert "3 files" in out and "123 rows" in out
 
     code, _, err = run_cli(capsys, "project", str(tmp_path / "in" / "part[01].parquet"),
@@ -213,7 +213,7 @@ def test_existing_output_needs_overwrite_and_input_is_never_the_output(tmp_path,
     code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4,
                            "--overwrite", "-q")
     assert code == 0, err
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected(x, 4, 0))
+    assert_projection_equal(np.load(tmp_path / "out.npy"), expected(x, 4, 0))
 
     before = digest(tmp_path / "in.npy")
     code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "in.npy", "--dim", 4, "--overwrite")
