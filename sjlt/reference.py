@@ -99,8 +99,10 @@ def sparse_matrix_from_hash(rows: torch.Tensor, negative: torch.Tensor, out_feat
     """S as sparse COO from its (rows, negative) table of shape (nnz, in_features)."""
     nnz, in_features = rows.shape
     cols = torch.arange(in_features, device=rows.device).expand(nnz, in_features)
-    scale = 1.0 / math.sqrt(nnz)
-    values = torch.where(negative, -scale, scale).to(dtype)
+    # Built in the target dtype: a float64 matrix must hold +-1/sqrt(nnz) exactly as the spec says,
+    # not a value rounded through float32.
+    scale = torch.full(negative.shape, 1.0 / math.sqrt(nnz), dtype=dtype, device=rows.device)
+    values = torch.where(negative, -scale, scale)
     indices = torch.stack([rows.reshape(-1), cols.reshape(-1)])
     return torch.sparse_coo_tensor(indices, values.reshape(-1), (out_features, in_features)).coalesce()
 
