@@ -631,3 +631,12 @@ def test_dropout_pandas_output_keeps_names(np_rng):
     X = pd.DataFrame(np_rng.standard_normal((10, 3)), columns=["a", "b", "c"])
     out = FeatureDropout(p=0.5, random_state=1).set_output(transform="pandas").fit_transform(X)
     assert isinstance(out, pd.DataFrame) and list(out.columns) == ["a", "b", "c"]
+
+
+def test_finite_input_whose_projection_overflows_gets_its_own_error():
+    """The finiteness check runs on the output; a finite X that overflows float32 is not called NaN."""
+    X = np.full((4, 64), 3e38, dtype=np.float32)
+    estimator = SparseJLProjection(n_components=8, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="overflowed float32 although X is finite"):
+        estimator.transform(X)
+    assert np.isfinite(estimator.transform(X.astype(np.float64))).all()
