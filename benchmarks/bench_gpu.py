@@ -46,7 +46,7 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 4 / (ms * 1e-3)
 
 
-def peak_extra(fn, baseline_bytes: int) -> int:
+def peak_extra(fn) -> int:
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     start = torch.cuda.memory_allocated()
@@ -54,7 +54,7 @@ def peak_extra(fn, baseline_bytes: int) -> int:
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - start - out.numel() * out.element_size()
     del out
-    return max(extra, 0) + 0 * baseline_bytes
+    return max(extra, 0)
 
 
 def fmt_ms(ms):
@@ -72,7 +72,7 @@ def sjlt_section(bw: float, lines: list[str]) -> None:
             x = torch.randn(n, d, device="cuda", generator=gen, dtype=torch.float32).to(dtype)
             floor_ms = (n * d + n * k) * item / bw * 1e3
             ours = bench(lambda: F.sparse_jl(x, k, seed=SEED))
-            extra = peak_extra(lambda: F.sparse_jl(x, k, seed=SEED), 0)
+            extra = peak_extra(lambda: F.sparse_jl(x, k, seed=SEED))
             nnz = spec.resolve_nnz(None, k)
             dense_ms = csr_ms = ia_ms = None
             if d * k * item <= DENSE_LIMIT_BYTES:

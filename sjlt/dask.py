@@ -12,7 +12,6 @@ on its worker's GPU when that worker has one (decided on the worker, not on the 
 """
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
@@ -20,14 +19,6 @@ import numpy as np
 from . import spec
 
 _FLOAT_DTYPES = (np.float16, np.float32, np.float64)
-
-
-def _check_out_features(n_components) -> int:
-    if isinstance(n_components, bool) or not isinstance(n_components, numbers.Integral):
-        raise TypeError(f"n_components must be an int, got {type(n_components).__name__}")
-    if n_components < 1:
-        raise ValueError(f"n_components must be >= 1, got {n_components}")
-    return int(n_components)
 
 
 def _check_device(device) -> str:
@@ -190,7 +181,7 @@ def project(data, n_components, *, seed, nnz=None, device="auto"):
     float32, float64 for float64). ``device``: 'auto' (each worker's GPU when it has one), 'cpu',
     'cuda' or 'cuda:N'. Blocks must be numpy arrays.
     """
-    k = _check_out_features(n_components)
+    k = spec.check_dimension(n_components, "n_components")
     seed = spec.check_seed(seed)
     nnz = spec.resolve_nnz(nnz, k)
     device = _check_device(device)

@@ -157,7 +157,7 @@ def sparse_jl_sharded(x_shard: torch.Tensor, out_features: int, *, seed: int, co
     """
     caller = "sparse_jl_sharded"
     F._check_input(x_shard, "x_shard", complex_ok=True)
-    k = F._check_features(out_features, "out_features")
+    k = spec.check_dimension(out_features, "out_features")
     seed = spec.check_seed(seed)
     nnz = spec.resolve_nnz(nnz, k)
     column_offset = F._check_offset(column_offset)
@@ -192,7 +192,7 @@ def sparse_jl_row_sharded(x_rows: torch.Tensor, out_features: int, *, seed: int,
     """
     caller = "sparse_jl_row_sharded"
     F._check_input(x_rows, "x_rows", complex_ok=True)
-    k = F._check_features(out_features, "out_features")
+    k = spec.check_dimension(out_features, "out_features")
     seed = spec.check_seed(seed)
     nnz = spec.resolve_nnz(nnz, k)
     if check:

@@ -29,14 +29,6 @@ def _check_input(x, name: str, *, complex_ok: bool) -> None:
         raise ValueError(f"{name} must have at least one dimension (..., features), got a 0-d tensor")
 
 
-def _check_features(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return int(value)
-
-
 def _check_offset(column_offset) -> int:
     if isinstance(column_offset, bool) or not isinstance(column_offset, numbers.Integral):
         raise TypeError(f"column_offset must be an int, got {type(column_offset).__name__}")
@@ -74,7 +66,7 @@ def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None 
     affected outputs).
     """
     _check_input(x, "x", complex_ok=True)
-    k = _check_features(out_features, "out_features")
+    k = spec.check_dimension(out_features, "out_features")
     return _projection(torch.ops.sjlt.sparse_jl, x, k, seed, nnz, column_offset, backend, k)
 
 
@@ -82,7 +74,7 @@ def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: in
                         column_offset: int = 0, backend: str = "auto") -> torch.Tensor:
     """The adjoint of :func:`sparse_jl`: z = y S, mapping (..., k) to (..., in_features)."""
     _check_input(y, "y", complex_ok=True)
-    d = _check_features(in_features, "in_features")
+    d = spec.check_dimension(in_features, "in_features")
     k = y.shape[-1]
     if k < 1:
         raise ValueError("y must have at least one output feature in its last dimension")
@@ -96,8 +88,8 @@ def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int
 
     Identical from every backend: ``backend='triton'`` reads the kernel's own hash table.
     """
-    d = _check_features(in_features, "in_features")
-    k = _check_features(out_features, "out_features")
+    d = spec.check_dimension(in_features, "in_features")
+    k = spec.check_dimension(out_features, "out_features")
     key0, key1 = spec.philox_key(seed)
     nnz = spec.resolve_nnz(nnz, k)
     column_offset = _check_offset(column_offset)

@@ -22,8 +22,8 @@ class SparseJL(torch.nn.Module):
     def __init__(self, in_features: int, out_features: int, *, seed: int, nnz: int | None = None,
                  backend: str = "auto"):
         super().__init__()
-        self.in_features = F._check_features(in_features, "in_features")
-        self.out_features = F._check_features(out_features, "out_features")
+        self.in_features = spec.check_dimension(in_features, "in_features")
+        self.out_features = spec.check_dimension(out_features, "out_features")
         self.seed = spec.check_seed(seed)
         self.nnz = spec.resolve_nnz(nnz, self.out_features)
         self.backend = backend

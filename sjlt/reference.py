@@ -298,8 +298,8 @@ def dropout_keep_mask(shape, p: float, *, seed, device=None) -> torch.Tensor:
     return (word >= threshold).reshape(shape)
 
 
-def dropout_scale(p: float, dtype: torch.dtype):
-    """The multiplier of kept elements: 1/(1-p), held in the compute dtype of ``dtype``."""
+def dropout_scale(p: float) -> float:
+    """The multiplier of kept elements, 1/(1-p); callers hold it in :func:`dropout_compute_dtype`."""
     return 1.0 / (1.0 - p)
 
 
@@ -314,6 +314,6 @@ def seeded_dropout(x: torch.Tensor, p: float, *, seed) -> torch.Tensor:
         return torch.zeros_like(x)
     keep = dropout_keep_mask(x.shape, p, seed=seed, device=x.device)
     compute = dropout_compute_dtype(x.dtype)
-    scale = torch.tensor(dropout_scale(p, x.dtype), dtype=compute, device=x.device)
+    scale = torch.tensor(dropout_scale(p), dtype=compute, device=x.device)
     y = torch.where(keep, x.to(compute) * scale, torch.zeros((), dtype=compute, device=x.device))
     return y.to(x.dtype)

@@ -42,12 +42,18 @@ def philox_key(seed: int) -> tuple[int, int]:
     return seed & _UINT32, seed >> 32
 
 
+def check_dimension(value, name: str) -> int:
+    """Returns ``value`` as an int >= 1 (a feature count), or raises TypeError / ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
 def resolve_nnz(nnz, out_features: int) -> int:
     """Validated nonzeros per column: ``nnz`` or the default, within [1, out_features]."""
-    if isinstance(out_features, bool) or not isinstance(out_features, numbers.Integral):
-        raise TypeError(f"out_features must be an int, got {type(out_features).__name__}")
-    if out_features < 1:
-        raise ValueError(f"out_features must be >= 1, got {out_features}")
+    out_features = check_dimension(out_features, "out_features")
     if nnz is None:
         return min(DEFAULT_NNZ, int(out_features))
     if isinstance(nnz, bool) or not isinstance(nnz, numbers.Integral):

@@ -60,7 +60,7 @@ def seeded_dropout_op(x: torch.Tensor, p: float, key0: int, key1: int,
         return torch.zeros(x.shape, dtype=x.dtype, device=x.device)
     if use_triton(backend, x, supports_dtype=x.dtype in _KERNEL_DTYPES):
         return triton_dropout(x, spec.dropout_threshold(p), key0, key1, row_seeds,
-                              reference.dropout_scale(p, x.dtype))
+                              reference.dropout_scale(p))
     seed = row_seeds if row_seeds is not None else key0 | (key1 << 32)
     return reference.seeded_dropout(x, p, seed=seed)
 
