@@ -62,9 +62,11 @@ def fmt_ms(ms):
 
 
 def sjlt_section(bw: float, lines: list[str]) -> None:
-    lines += ["## SJLT forward (Y = X S^T), default nnz = %d" % spec.DEFAULT_NNZ, "",
-              "| dtype | n | d | k | floor ms | sjlt ms | % of floor | cuBLAS dense ms | torch.sparse CSR ms | index_add_ ms | vs cuBLAS | vs CSR | vs index_add_ | extra peak MiB | fp32 rel err |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["## SJLT forward (Y = X S^T), default nnz", "",
+              "`layout` is the spec v2 layout the default nnz selects; `classic ms` times the one-hot kernel of "
+              "the classic layout (spec v1's design) on the same shape, for comparison.", "",
+              "| dtype | n | d | k | layout, nnz | floor ms | sjlt ms | % of floor | classic ms | cuBLAS dense ms | torch.sparse CSR ms | index_add_ ms | vs cuBLAS | vs CSR | vs index_add_ | extra peak MiB | fp32 rel err |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dtype in (torch.float32, torch.bfloat16):
         for n, d, k in SJLT_SHAPES:
@@ -74,6 +76,10 @@ def sjlt_section(bw: float, lines: list[str]) -> None:
             ours = bench(lambda: F.sparse_jl(x, k, seed=SEED))
             extra = peak_extra(lambda: F.sparse_jl(x, k, seed=SEED))
             nnz = spec.resolve_nnz(None, k)
+            layout = f"{'windowed' if spec.is_windowed(k, nnz) else 'classic'}, {nnz}"
+            classic_ms = None
+            if n * d * k <= 2**41:  # the one-hot kernel needs minutes beyond this
+                classic_ms = bench(lambda: sjl_ops.classic_forward(x, k, 1, 2, nnz, 0), warmup=2, rep=5)
             dense_ms = csr_ms = ia_ms = None
             if d * k * item <= DENSE_LIMIT_BYTES:
                 s_dense = F.sparse_jl_matrix(d, k, seed=SEED, device="cuda", dtype=dtype).to_dense()
@@ -104,8 +110,8 @@ def sjlt_section(bw: float, lines: list[str]) -> None:
                 got = F.sparse_jl(x, k, seed=SEED)[rows_idx].double()
                 err = f"{float((got - want).abs().max() / want.abs().max()):.1e}"
             ratio = lambda peer: "n/a" if peer is None else f"{peer / ours:.2f}x"
-            lines.append(f"| {str(dtype)[6:]} | {n} | {d} | {k} | {floor_ms:.3f} | {ours:.3f} | {100 * floor_ms / ours:.0f}% | "
-                         f"{fmt_ms(dense_ms)} | {fmt_ms(csr_ms)} | {fmt_ms(ia_ms)} | {ratio(dense_ms)} | {ratio(csr_ms)} | "
+            lines.append(f"| {str(dtype)[6:]} | {n} | {d} | {k} | {layout} | {floor_ms:.3f} | {ours:.3f} | {100 * floor_ms / ours:.0f}% | "
+                         f"{fmt_ms(classic_ms)} | {fmt_ms(dense_ms)} | {fmt_ms(csr_ms)} | {fmt_ms(ia_ms)} | {ratio(dense_ms)} | {ratio(csr_ms)} | "
                          f"{ratio(ia_ms)} | {extra / 2**20:.1f} | {err} |")
             print(lines[-1], flush=True)
             del x
@@ -141,21 +147,28 @@ def small_and_first_call_section(lines: list[str]) -> None:
 
 
 def sweep_section(lines: list[str]) -> None:
-    """Tiling sweep of the forward on two shapes: what the kernel's speed depends on."""
-    lines += ["## Forward tiling sweep (float32 and bfloat16, ms)", "",
-              "| dtype | n | d | k | BLOCK_M,N,D | warps | ms |", "|---|---|---|---|---|---|---|"]
+    """Tiling sweep of the windowed forward: rows per program, warps and group splits."""
+    lines += ["## Windowed forward tiling sweep (ms)", "",
+              "| dtype | n | d | k | BLOCK_M | warps | splits | ms |", "|---|---|---|---|---|---|---|---|"]
     for dtype in (torch.float32, torch.bfloat16):
-        for n, d, k in [(2**20, 1024, 64), (2**20, 1024, 256)]:
+        for n, d, k, configs in [
+            (2**20, 1024, 256, [(64, 4, 1), (128, 4, 1), (128, 8, 1), (256, 8, 1)]),
+            (2**18, 4096, 4096, [(64, 4, 1), (128, 4, 1), (128, 8, 1)]),
+            (32, 2**24, 4096, [(32, 4, 8), (32, 4, 16), (32, 4, 32), (32, 2, 16)]),
+        ]:
             x = torch.randn(n, d, device="cuda").to(dtype)
-            for blocks in [(64, 64, 64), (128, 64, 32), (128, 64, 64), (256, 64, 32), (256, 32, 32), (128, 128, 32), (256, 128, 32)]:
-                for warps in (4, 8):
-                    try:
-                        ms = bench(lambda: sjl_ops.triton_forward(x, k, 1, 2, spec.resolve_nnz(None, k), 0,
-                                                                  blocks=blocks, num_warps=warps), warmup=5, rep=20)
-                    except Exception as exc:  # out of shared memory / registers for this tiling
-                        ms = f"failed: {type(exc).__name__}"
-                    lines.append(f"| {str(dtype)[6:]} | {n} | {d} | {k} | {blocks} | {warps} | {ms if isinstance(ms, str) else f'{ms:.3f}'} |")
-                    print(lines[-1], flush=True)
+            nnz = spec.resolve_nnz(None, k)
+            for block_m, warps, splits in configs:
+                try:
+                    ms = bench(lambda: sjl_ops.triton_forward(x, k, 1, 2, nnz, 0, splits=splits, blocks=(block_m,),
+                                                              num_warps=warps), warmup=5, rep=20)
+                    ms = f"{ms:.3f}"
+                except Exception as exc:  # out of shared memory / registers for this tiling
+                    ms = f"failed: {type(exc).__name__}"
+                lines.append(f"| {str(dtype)[6:]} | {n} | {d} | {k} | {block_m} | {warps} | {splits} | {ms} |")
+                print(lines[-1], flush=True)
+            del x
+            torch.cuda.empty_cache()
     lines.append("")
 
 

@@ -73,13 +73,21 @@ def _block_of_row(row, k, nnz):
 
 
 @triton.jit
+def split_bf16x3(a):
+    """float32 a as hi + mid + lo, three bfloat16 terms that carry all 24 mantissa bits: exact
+    except for values so small that the low terms fall below bfloat16's subnormal range."""
+    hi = a.to(tl.bfloat16)
+    rest = a - hi.to(tl.float32)
+    mid = rest.to(tl.bfloat16)
+    lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+    return hi, mid, lo
+
+
+@triton.jit
 def _dot_exact(a, b, acc, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """acc += a @ b where b holds small integers (exact in DOT_DTYPE); a is float32 if SPLIT_FP32."""
     if SPLIT_FP32:
-        hi = a.to(tl.bfloat16)
-        rest = a - hi.to(tl.float32)
-        mid = rest.to(tl.bfloat16)
-        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+        hi, mid, lo = split_bf16x3(a)
         b = b.to(DOT_DTYPE)
         acc = tl.dot(hi.to(DOT_DTYPE), b, acc)
         acc = tl.dot(mid.to(DOT_DTYPE), b, acc)

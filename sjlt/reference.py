@@ -72,9 +72,20 @@ def sparse_jl_hash(in_features: int, out_features: int, *, seed: int, nnz: int,
 
     Returns ``rows`` (int64, shape (nnz, in_features)) and ``negative`` (bool, same shape): the
     t-th nonzero of column j sits at row ``rows[t, j]`` with value ``(-1 if negative else 1)/sqrt(nnz)``.
-    Column j, nonzero t: (w0, w1, _, _) = Philox(counter=(j mod 2**32, j div 2**32, t, DOMAIN_SPARSE_JL),
-    key=seed); row = start_t + (w0 * size_t) >> 32 inside block t; negative = top bit of w1.
+    The layout is windowed when out_features is a multiple of 16 * nnz, classic otherwise
+    (``spec.is_windowed``); docs/spec.md defines both.
     """
+    if spec.is_windowed(out_features, nnz):
+        return _windowed_hash(in_features, out_features, seed=seed, nnz=nnz,
+                              column_offset=column_offset, device=device)
+    return _classic_hash(in_features, out_features, seed=seed, nnz=nnz,
+                         column_offset=column_offset, device=device)
+
+
+def _classic_hash(in_features, out_features, *, seed, nnz, column_offset, device):
+    """Column j, nonzero t: (w0, w1, _, _) = Philox(counter=(j mod 2**32, j div 2**32, t,
+    DOMAIN_SPARSE_JL), key=seed); row = start_t + (w0 * size_t) >> 32 inside block t
+    [floor(t*k/s), floor((t+1)*k/s)); negative = top bit of w1."""
     k0, k1 = spec.philox_key(seed)
     cols = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=device)
     t = torch.arange(nnz, dtype=torch.int64, device=device)[:, None]
@@ -83,6 +94,50 @@ def sparse_jl_hash(in_features: int, out_features: int, *, seed: int, nnz: int,
     sizes = ((t + 1) * out_features) // nnz - starts
     rows = starts + ((w0 * sizes) >> 32)  # w0 < 2**32 and size <= 2**31 keep this below 2**63
     negative = (w1 >> 31).bool()
+    return rows, negative
+
+
+def window_rotations(groups: torch.Tensor, windows: int, seed: int) -> torch.Tensor:
+    """R_g in [0, A): word 0 of Philox(counter=(g mod 2**32, g div 2**32, 0, DOMAIN_SPARSE_JL_GROUP)),
+    times A, >> 32. Chunk c = g*A + p of group g uses window (p + R_g) mod A in every block."""
+    k0, k1 = spec.philox_key(seed)
+    w0, _, _, _ = philox4x32_10(groups & _MASK32, groups >> 32, torch.zeros_like(groups),
+                                spec.DOMAIN_SPARSE_JL_GROUP, k0, k1)
+    return (w0 * windows) >> 32
+
+
+def chunk_words(chunks: torch.Tensor, nnz: int, seed: int) -> torch.Tensor:
+    """(nnz, len(chunks)) uint32 words: block t's word of chunk c is word t mod 4 of
+    Philox(counter=(c mod 2**32, c div 2**32, t div 4, DOMAIN_SPARSE_JL_WINDOW)). Its low 4 bits
+    are the chunk's XOR mask in block t, bit 16 + i the sign of the chunk's column i."""
+    k0, k1 = spec.philox_key(seed)
+    t = torch.arange(nnz, dtype=torch.int64, device=chunks.device)[:, None]
+    words = philox4x32_10(chunks & _MASK32, chunks >> 32, t >> 2, spec.DOMAIN_SPARSE_JL_WINDOW, k0, k1)
+    lane = t & 3
+    return torch.where(lane == 0, words[0], torch.where(lane == 1, words[1],
+                       torch.where(lane == 2, words[2], words[3])))
+
+
+def _windowed_hash(in_features, out_features, *, seed, nnz, column_offset, device):
+    windows = spec.windows_per_block(out_features, nnz)
+    cols = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=device)
+    chunk = cols // spec.WINDOW
+    return windowed_rows(cols, chunk_words(chunk, nnz, seed), window_rotations(chunk // windows, windows, seed),
+                         out_features, nnz)
+
+
+def windowed_rows(cols: torch.Tensor, words: torch.Tensor, rotations: torch.Tensor,
+                  out_features: int, nnz: int):
+    """(rows, negative) of the windowed layout from each column's chunk words (nnz, len(cols)) and
+    group rotation. Column j = 16c + i (chunk c, i < 16), c = g*A + p (group g, p < A),
+    A = k / (16 nnz): nonzero t sits at row t*16A + 16*((p + R_g) mod A) + (i XOR m), m = word & 15,
+    negative = bit 16 + i of the word. Columns of a chunk never share a row within a block."""
+    windows = spec.windows_per_block(out_features, nnz)
+    chunk, lane = cols // spec.WINDOW, cols % spec.WINDOW
+    window = (chunk % windows + rotations) % windows
+    t = torch.arange(nnz, dtype=torch.int64, device=cols.device)[:, None]
+    rows = (t * windows + window) * spec.WINDOW + (lane ^ (words & (spec.WINDOW - 1)))
+    negative = ((words >> (16 + lane)) & 1).bool()
     return rows, negative
 
 

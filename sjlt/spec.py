@@ -9,15 +9,22 @@ import math
 import numbers
 
 #: Format version of every stream below. Bump it on any change to the distribution.
-SPEC_VERSION = 1
+SPEC_VERSION = 2
 
 #: Philox counter word c3 for each consumer: distinct values keep the SJLT and dropout streams
 #: disjoint under the same seed. ASCII 'SJLT' and 'DROP'.
 DOMAIN_SPARSE_JL = 0x534A4C54
 DOMAIN_DROPOUT = 0x44524F50
+#: The windowed SJLT layout's two streams: 'SJLW' (per-chunk masks and signs) and 'SJLG' (per-group
+#: window rotations).
+DOMAIN_SPARSE_JL_WINDOW = 0x534A4C57
+DOMAIN_SPARSE_JL_GROUP = 0x534A4C47
 
-#: Default nonzeros per column of the SJLT (capped at out_features).
+#: Default nonzeros per column of the SJLT (fewer when out_features is small, see default_nnz).
 DEFAULT_NNZ = 8
+
+#: Columns per chunk and rows per window of the windowed layout.
+WINDOW = 16
 
 _UINT32 = 0xFFFFFFFF
 _SEED_LIMIT = 1 << 64
@@ -51,11 +58,30 @@ def check_dimension(value, name: str) -> int:
     return int(value)
 
 
+def default_nnz(out_features: int) -> int:
+    """8 when out_features is a multiple of 128 (windowed layout) or not a multiple of 16 (classic,
+    capped at out_features); out_features / 16 below 128, so that the windowed layout applies."""
+    if out_features % WINDOW == 0 and out_features < DEFAULT_NNZ * WINDOW:
+        return out_features // WINDOW
+    return min(DEFAULT_NNZ, out_features)
+
+
+def is_windowed(out_features: int, nnz: int) -> bool:
+    """Whether S uses the windowed layout: out_features is a multiple of 16 * nnz. Otherwise the
+    classic block layout applies (see docs/spec.md)."""
+    return out_features % (WINDOW * nnz) == 0
+
+
+def windows_per_block(out_features: int, nnz: int) -> int:
+    """A, the number of 16-row windows in each of the nnz blocks of the windowed layout."""
+    return out_features // (WINDOW * nnz)
+
+
 def resolve_nnz(nnz, out_features: int) -> int:
-    """Validated nonzeros per column: ``nnz`` or the default, within [1, out_features]."""
+    """Validated nonzeros per column: ``nnz`` or :func:`default_nnz`, within [1, out_features]."""
     out_features = check_dimension(out_features, "out_features")
     if nnz is None:
-        return min(DEFAULT_NNZ, int(out_features))
+        return default_nnz(out_features)
     if isinstance(nnz, bool) or not isinstance(nnz, numbers.Integral):
         raise TypeError(f"nnz must be an int or None, got {type(nnz).__name__}")
     if not 1 <= nnz <= out_features:

@@ -42,6 +42,26 @@ def _variants():
                 hash_const.update(key0=1, key1=1, nnz=1)
             yield ("sparse_jl_hash_kernel", {"table_ptr": "*i32", "d": I32, "k": I32, "nnz": I32,
                                              "column_offset": I64, "key0": key, "key1": key}, hash_const)
+    for dtype, split, dot in [("fp32", True, tl.bfloat16), ("bf16", False, tl.bfloat16), ("fp16", False, tl.float16)]:
+        for nnz, width, block_m in [(8, 128, 128), (3, 64, 32), (1, 16, 16)]:
+            const = {"NNZ": nnz, "SPLIT_FP32": split, "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": width}
+            common = {"words_ptr": "*i32", "rotations_ptr": "*i32", "n": I32, "d": I64, "column_offset": I64,
+                      "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
+            if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants
+                const.update(windows=1, groups_per_split=1, scale=1.0)
+            yield ("sparse_jl_windowed_forward_kernel",
+                   {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
+                    "stride_om": I64, "stride_ok": I32, "stride_split": I64}, const)
+            yield ("sparse_jl_windowed_transpose_kernel",
+                   {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
+                    "stride_zm": I64, "stride_zd": I32}, const)
+    for nnz in (8, 3, 1):
+        const = {"NNZ": nnz, "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
+                 "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}
+        if nnz == 1:
+            const.update(key0=1, key1=1, windows=1)
+        yield ("window_table_kernel", {"words_ptr": "*i32", "rotations_ptr": "*i32", "group_base": I64,
+                                       "groups": I32, "windows": I32, "key0": I32, "key1": I32}, const)
     yield ("philox_blocks_kernel", {"counter_ptr": "*i64", "key_ptr": "*i64", "out_ptr": "*i64", "n": I32},
            {"BLOCK": 128})
     for dtype, compute in [("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32"), ("fp64", "fp64")]:
@@ -58,9 +78,9 @@ def compile_all(arch: int) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from sjlt.kernels import dropout, philox, sparse_jl
+    from sjlt.kernels import dropout, philox, sparse_jl, sparse_jl_windowed
 
-    kernels = {name: getattr(module, name) for module in (dropout, philox, sparse_jl)
+    kernels = {name: getattr(module, name) for module in (dropout, philox, sparse_jl, sparse_jl_windowed)
                for name in dir(module) if name.endswith("_kernel")}
     target = GPUTarget("cuda", arch, 32)
     failures = 0

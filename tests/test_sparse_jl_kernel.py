@@ -17,7 +17,10 @@ SHAPES = [
     (5, 257, 100, 3, 2**33 + 5, 2**64 - 1),
     (70, 129, 17, 17, 0, 12345),
     (3, 1000, 200, 8, 7, 2**40 + 3),
-    (33, 65, 256, 4, 2**31 - 3, 99),
+    (33, 65, 256, 4, 2**31 - 3, 99),  # windowed, A = 4
+    (5, 1000, 1024, 8, 7, 2**40 + 3),  # windowed, A = 8
+    (9, 77, 48, 3, 2**33 + 5, 6),  # windowed, A = 1, nnz not a power of two
+    (130, 40, 32, 2, 0, 31),  # windowed, several row tiles, d < one group
 ]
 
 
@@ -47,12 +50,13 @@ def test_forward_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, offs
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("k", [96, 256])  # classic, windowed
 @pytest.mark.parametrize("splits", [2, 3, 7])
-def test_forward_column_splits_match_reference(kernel_device, rng, splits):
+def test_forward_column_splits_match_reference(kernel_device, rng, splits, k):
     """The split-d path (few rows, long rows) sums its partial tiles in a fixed order."""
     x = torch.randn(6, 700, generator=rng)
-    want = reference.sparse_jl_forward(x.double(), 96, seed=5, nnz=8)
-    got = ops.triton_forward(x.to(kernel_device), 96, *_key(5), 8, 0, splits=splits)
+    want = reference.sparse_jl_forward(x.double(), k, seed=5, nnz=8)
+    got = ops.triton_forward(x.to(kernel_device), k, *_key(5), 8, 0, splits=splits)
     assert _relative_error(got, want) <= TOLERANCE[torch.float32]
 
 
@@ -66,29 +70,32 @@ def test_transpose_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, of
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
-def test_kernels_read_strided_inputs(kernel_device, rng):
+@pytest.mark.parametrize("k", [40, 64])  # classic, windowed
+def test_kernels_read_strided_inputs(kernel_device, rng, k):
     base = torch.randn(90, 2 * 150, generator=rng)
     x = base[::3, ::2]  # strides (900, 2): no copy is made by the launcher
     assert not x.is_contiguous()
-    want = reference.sparse_jl_forward(x.double(), 40, seed=3, nnz=4)
-    assert _relative_error(ops.triton_forward(x.to(kernel_device), 40, *_key(3), 4, 0), want) <= 1e-5
-    y = torch.randn(40, 30, generator=rng).t()  # (30, 40) column-major
+    want = reference.sparse_jl_forward(x.double(), k, seed=3, nnz=4)
+    assert _relative_error(ops.triton_forward(x.to(kernel_device), k, *_key(3), 4, 0), want) <= 1e-5
+    y = torch.randn(k, 30, generator=rng).t()  # (30, k) column-major
     want_t = reference.sparse_jl_transpose(y.double(), 150, seed=3, nnz=4)
     assert _relative_error(ops.triton_transpose(y.to(kernel_device), 150, *_key(3), 4, 0), want_t) <= 1e-5
 
 
-def test_forward_is_bitwise_deterministic(kernel_device, rng):
+@pytest.mark.parametrize("k", [80, 128])  # classic, windowed
+def test_forward_is_bitwise_deterministic(kernel_device, rng, k):
     x = torch.randn(50, 333, generator=rng).to(kernel_device)
-    first = ops.triton_forward(x, 80, *_key(11), 8, 0)
-    assert torch.equal(first, ops.triton_forward(x, 80, *_key(11), 8, 0))
-    split = ops.triton_forward(x, 80, *_key(11), 8, 0, splits=3)
-    assert torch.equal(split, ops.triton_forward(x, 80, *_key(11), 8, 0, splits=3))
+    first = ops.triton_forward(x, k, *_key(11), 8, 0)
+    assert torch.equal(first, ops.triton_forward(x, k, *_key(11), 8, 0))
+    split = ops.triton_forward(x, k, *_key(11), 8, 0, splits=3)
+    assert torch.equal(split, ops.triton_forward(x, k, *_key(11), 8, 0, splits=3))
 
 
-def test_float32_is_not_rounded_through_tf32(kernel_device):
+@pytest.mark.parametrize("k", [15, 16])  # classic, windowed
+def test_float32_is_not_rounded_through_tf32(kernel_device, k):
     """Inputs with more than 10 mantissa bits survive: tf32 would lose the 2**-20 term."""
     x = torch.full((16, 64), 1.0 + 2**-20, dtype=torch.float32)
     x[:, 1::2] = 3.0 + 2**-21
-    want = reference.sparse_jl_forward(x.double(), 16, seed=1, nnz=1)
-    got = ops.triton_forward(x.to(kernel_device), 16, *_key(1), 1, 0)
+    want = reference.sparse_jl_forward(x.double(), k, seed=1, nnz=1)
+    got = ops.triton_forward(x.to(kernel_device), k, *_key(1), 1, 0)
     assert _relative_error(got, want) <= 1e-6

@@ -12,7 +12,7 @@ from scipy import stats
 from sklearn.datasets import load_digits
 
 from sjlt import functional as F
-from sjlt import reference
+from sjlt import reference, spec
 
 D = 1024
 POINTS = 160
@@ -47,7 +47,7 @@ def _p99_distortion(x: torch.Tensor, projected: torch.Tensor) -> float:
     return float(torch.quantile((mapped[keep] / original[keep] - 1).abs(), 0.99))
 
 
-@pytest.mark.parametrize("k", [64, 256])
+@pytest.mark.parametrize("k", [64, 100, 256])  # windowed (nnz 4), classic (nnz 8), windowed (nnz 8)
 @pytest.mark.parametrize("family", ["dense", "real", "very_sparse", "window"])
 def test_distortion_matches_a_gaussian_projection(family, k):
     x = _family(family, torch.Generator().manual_seed(2024))
@@ -86,3 +86,29 @@ def test_signs_and_positions_are_uniform():
     assert abs(float(same_row) - 1 / size) < 5 * math.sqrt((1 / size) / d)
     sign_agree = (negative[0, 1:] == negative[0, :-1]).double().mean()
     assert abs(float(sign_agree) - 0.5) < 5 * math.sqrt(0.25 / d)
+
+
+def test_windowed_layout_structure():
+    """Each chunk of 16 columns fills one 16-row window of every block, all rows distinct; its
+    window is the same in every block; the A chunks of a group take the A windows; windows of
+    different groups, XOR masks and signs are uniform."""
+    d, k, nnz = 2**18, 1024, 8
+    windows = spec.windows_per_block(k, nnz)
+    rows, negative = reference.sparse_jl_hash(d, k, seed=7, nnz=nnz)
+    t = torch.arange(nnz)[:, None]
+    block_rows = rows - t * (k // nnz)
+    assert bool(((block_rows >= 0) & (block_rows < k // nnz)).all())
+    by_chunk = block_rows.reshape(nnz, d // 16, 16)
+    window = by_chunk // 16
+    assert bool((window == window[:, :, :1]).all()) and bool((window == window[:1]).all())
+    assert bool((by_chunk.sort(-1).values % 16 == torch.arange(16)).all())  # a permutation of the window
+    per_group = window[0, :, 0].reshape(-1, windows)
+    assert bool((per_group.sort(-1).values == torch.arange(windows)).all())
+    assert stats.chisquare(torch.bincount(per_group[:, 0], minlength=windows).numpy()).pvalue > 1e-4
+    masks = (by_chunk[:, :, 0] % 16)  # the XOR mask of each (block, chunk): row of lane 0
+    assert stats.chisquare(torch.bincount(masks.reshape(-1), minlength=16).numpy()).pvalue > 1e-4
+    assert stats.binomtest(int(negative.sum()), negative.numel(), 0.5).pvalue > 1e-4
+    # masks of neighbouring chunks and of consecutive blocks are independent
+    for a, b in [(masks[:, 1:], masks[:, :-1]), (masks[1:], masks[:-1])]:
+        agree = (a == b).double().mean()
+        assert abs(float(agree) - 1 / 16) < 5 * math.sqrt((1 / 16) / a.numel())

@@ -8,7 +8,7 @@ from sjlt import reference, spec
 
 
 def test_spec_version_is_exposed():
-    assert sjlt.SPEC_VERSION == spec.SPEC_VERSION == 1
+    assert sjlt.SPEC_VERSION == spec.SPEC_VERSION == 2
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1, np.uint64(7), np.int64(3)])
@@ -32,16 +32,22 @@ def test_sparse_jl_and_dropout_use_disjoint_counter_domains():
 
 
 def test_streams_stay_independent_under_the_same_seed():
-    """The dropout words of group g differ from the SJLT words of column g, nonzero 0."""
-    seed = 42
-    rows, _ = reference.sparse_jl_hash(4096, 2**20, seed=seed, nnz=1)
+    """Word 0 of counter (g, 0, 0, domain) differs between the four domains (classic SJLT, dropout,
+    windowed chunk words, window rotations) and is uncorrelated across them."""
+    seed, k = 42, 2**20 - 1  # k is odd, so the classic layout applies
+    rows, _ = reference.sparse_jl_hash(4096, k, seed=seed, nnz=1)
     g = torch.arange(4096, dtype=torch.int64)
-    sjlt_w0, *_ = reference.philox4x32_10(g, torch.zeros_like(g), torch.zeros_like(g), spec.DOMAIN_SPARSE_JL, seed, 0)
-    drop_w0, *_ = reference.philox4x32_10(g, torch.zeros_like(g), torch.zeros_like(g), spec.DOMAIN_DROPOUT, seed, 0)
-    assert torch.equal(rows[0], (sjlt_w0 * 2**20) >> 32)  # the hash is the documented formula
-    assert (sjlt_w0 == drop_w0).float().mean() < 0.01
-    corr = np.corrcoef(sjlt_w0.double().numpy(), drop_w0.double().numpy())[0, 1]
-    assert abs(corr) < 0.1
+    words = {domain: reference.philox4x32_10(g, torch.zeros_like(g), torch.zeros_like(g), domain, seed, 0)[0]
+             for domain in (spec.DOMAIN_SPARSE_JL, spec.DOMAIN_DROPOUT, spec.DOMAIN_SPARSE_JL_WINDOW,
+                            spec.DOMAIN_SPARSE_JL_GROUP)}
+    assert torch.equal(rows[0], (words[spec.DOMAIN_SPARSE_JL] * k) >> 32)  # the documented formula
+    assert torch.equal(reference.chunk_words(g, 1, seed)[0], words[spec.DOMAIN_SPARSE_JL_WINDOW])
+    assert torch.equal(reference.window_rotations(g, 7, seed), (words[spec.DOMAIN_SPARSE_JL_GROUP] * 7) >> 32)
+    values = list(words.values())
+    for i in range(len(values)):
+        for j in range(i):
+            assert (values[i] == values[j]).float().mean() < 0.01
+            assert abs(np.corrcoef(values[i].double().numpy(), values[j].double().numpy())[0, 1]) < 0.1
 
 
 @pytest.mark.parametrize("p,threshold", [(0.0, 0), (1.0, 2**32), (0.5, 2**31), (0.25, 2**30), (1e-12, 0)])
@@ -59,3 +65,10 @@ def test_resolve_nnz_rejects_bad_values(nnz, k, error):
 def test_default_nnz_is_capped_by_out_features():
     assert spec.resolve_nnz(None, 3) == 3
     assert spec.resolve_nnz(None, 1000) == spec.DEFAULT_NNZ
+
+
+@pytest.mark.parametrize("k,nnz,windowed", [(16, 1, True), (48, 3, True), (64, 4, True), (100, 8, False),
+                                            (128, 8, True), (200, 8, False), (4096, 8, True), (7, 7, False)])
+def test_default_nnz_picks_the_windowed_layout_where_it_applies(k, nnz, windowed):
+    assert spec.default_nnz(k) == nnz
+    assert spec.is_windowed(k, nnz) == windowed

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--seed", type=_seed, default=0,
                          help="the matrix's seed, an int in [0, 2**64) (default 0)")
     project.add_argument("--nnz", type=_positive_int, metavar="N",
-                         help=f"nonzeros per input column (default {spec.DEFAULT_NNZ}, capped at K)")
+                         help="nonzeros per input column (default 8; K/16 when K is a multiple of 16 below 128)")
     project.add_argument("--batch-rows", type=_positive_int, metavar="R",
                          help="rows per batch (default: about 64 MB of input)")
     project.add_argument("--dtype", choices=_DTYPES,
@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=_seed, default=0,
                           help="seed of the matrix and of the row sample (default 0)")
     evaluate.add_argument("--nnz", type=_positive_int, metavar="N",
-                          help=f"nonzeros per input column (default {spec.DEFAULT_NNZ}, capped at k)")
+                          help="nonzeros per input column (default 8; k/16 when k is a multiple of 16 below 128)")
     evaluate.add_argument("--neighbors", type=_positive_int, default=10, metavar="N",
                           help="the n of recall@n (default 10)")
     evaluate.add_argument("--plot", metavar="FILE.png",

@@ -7,6 +7,7 @@ saves no tensor at all. Inputs here are already validated 2-D real tensors (see
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -55,8 +56,19 @@ def default_splits(n: int, d: int, k: int, device: torch.device) -> int:
 def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
                    column_offset: int, splits: int | None = None, blocks=None,
                    num_warps: int | None = None) -> torch.Tensor:
-    """Y = x S^T. ``splits``, ``blocks`` (BLOCK_M, BLOCK_N, BLOCK_D) and ``num_warps`` override the
-    tiling heuristics (tests and benchmark sweeps); the result's value does not depend on them."""
+    """Y = x S^T. ``splits``, ``blocks`` and ``num_warps`` override the tiling heuristics (tests and
+    benchmark sweeps); the result's value does not depend on them. ``blocks`` is (BLOCK_M, BLOCK_N,
+    BLOCK_D) for the classic layout and (BLOCK_M,) for the windowed one."""
+    if spec.is_windowed(out_features, nnz):
+        return _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps)
+    return classic_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps)
+
+
+def classic_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
+                    column_offset: int, splits: int | None = None, blocks=None,
+                    num_warps: int | None = None) -> torch.Tensor:
+    """The one-hot kernel of the classic layout; also times the spec v1 design on any k
+    (benchmarks), where its matrix differs from the windowed one."""
     from ..kernels.sparse_jl import sparse_jl_forward_kernel
 
     n, d = x.shape
@@ -88,6 +100,8 @@ def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz
 
 def triton_transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
                      column_offset: int) -> torch.Tensor:
+    if spec.is_windowed(y.shape[1], nnz):
+        return _windowed_transpose(y, in_features, key0, key1, nnz, column_offset)
     from ..kernels.sparse_jl import sparse_jl_transpose_kernel
 
     n, k = y.shape
@@ -123,9 +137,131 @@ def hash_table(in_features: int, out_features: int, key0: int, key1: int, nnz: i
 
 def triton_hash(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
                 column_offset: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel's own (rows, negative) table, for materialising S and for tests."""
+    """The kernels' own (rows, negative) table, for materialising S and for tests."""
+    if spec.is_windowed(out_features, nnz):
+        tables = window_tables(in_features, out_features, key0, key1, nnz, column_offset, device)
+        columns = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=device)
+        chunk = columns // spec.WINDOW
+        rotations = tables.rotations.to(torch.int64)[chunk // tables.windows - tables.group_base]
+        words = (tables.words.to(torch.int64) & 0xFFFFFFFF)[chunk - tables.group_base * tables.windows].t()
+        return reference.windowed_rows(columns, words, rotations, out_features, nnz)
     table = hash_table(in_features, out_features, key0, key1, nnz, column_offset, device)
     return (table & 0x7FFFFFFF).to(torch.int64), table < 0
+
+
+# --------------------------------------------------------------------------------------------
+# Windowed layout (spec v2): k = 16 * A * nnz
+# --------------------------------------------------------------------------------------------
+
+class WindowTables(NamedTuple):
+    """Per-call tables of the windowed layout for whole groups [group_base, group_base + groups)."""
+    words: torch.Tensor  # (groups * windows, nnz) int32: mask and signs of each (chunk, block)
+    rotations: torch.Tensor  # (groups,) int32: R_g
+    group_base: int
+    groups: int
+    windows: int
+
+
+def window_tables(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
+                  column_offset: int, device) -> WindowTables:
+    from ..kernels.sparse_jl_windowed import window_table_kernel
+
+    windows = spec.windows_per_block(out_features, nnz)
+    first_chunk = column_offset // spec.WINDOW
+    last_chunk = (column_offset + in_features - 1) // spec.WINDOW
+    group_base = first_chunk // windows
+    groups = last_chunk // windows - group_base + 1
+    words = _buffers.empty((groups * windows, nnz), torch.int32, device)
+    rotations = _buffers.empty((groups,), torch.int32, device)
+    block = 256
+    window_table_kernel[(math.ceil(groups * windows / block),)](
+        words, rotations, group_base, groups, windows, key0, key1, NNZ=nnz,
+        DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW, DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP, BLOCK=block,
+    )
+    return WindowTables(words, rotations, group_base, groups, windows)
+
+
+def _windowed_width(nnz: int) -> int:
+    """Accumulator columns per program: one window per block, padded to a power of two."""
+    return spec.WINDOW * (1 << (nnz - 1).bit_length())
+
+
+def _windowed_block_m(n: int, width: int) -> int:
+    """Rows per program: the accumulator is BLOCK_M x width float32, kept near 64 KiB of registers."""
+    if triton_interpreting():
+        return 16
+    rows = 128 if n > 64 else 64 if n > 32 else 32 if n > 16 else 16
+    return max(16, min(rows, (128 * 128) // width))
+
+
+def _windowed_num_warps(block_m: int) -> int:
+    return 8 if block_m >= 128 else 4
+
+
+def _windowed_splits(tiles: int, groups: int, device: torch.device) -> int:
+    """Group splits: enough programs to fill the GPU when the row tiles alone cannot, each split
+    keeping at least 16 groups of work."""
+    if device.type != "cuda":
+        return 1
+    target = 4 * multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
+    if tiles >= target:
+        return 1
+    return max(1, min(math.ceil(target / tiles), groups // 16))
+
+
+def _windowed_grid(n: int, nnz: int, tables: WindowTables, device, splits=None, block_m=None):
+    """(BLOCK_M, WIDTH, row tiles * A, splits, groups per split)."""
+    width = _windowed_width(nnz)
+    block_m = block_m or _windowed_block_m(n, width)
+    tiles = math.ceil(n / block_m) * tables.windows
+    if splits is None:
+        splits = _windowed_splits(tiles, tables.groups, device)
+    per_split = math.ceil(tables.groups / splits)
+    return block_m, width, tiles, math.ceil(tables.groups / per_split), per_split
+
+
+def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps):
+    from ..kernels.sparse_jl_windowed import sparse_jl_windowed_forward_kernel
+
+    n, d = x.shape
+    tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
+    block_m, width, tiles, splits, per_split = _windowed_grid(
+        n, nnz, tables, x.device, splits, blocks[0] if blocks else None)
+    if splits == 1:
+        out = _buffers.empty((n, out_features), x.dtype, x.device)
+        stride_split = 0
+    else:
+        out = _buffers.empty((splits, n, out_features), torch.float32, x.device)
+        stride_split = out.stride(0)
+    split_fp32, dot_type = _dot_config(x.dtype)
+    sparse_jl_windowed_forward_kernel[(tiles, splits)](
+        x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
+        per_split, tables.windows, 1.0 / math.sqrt(nnz),
+        x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
+        NNZ=nnz, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
+        num_warps=num_warps or _windowed_num_warps(block_m),
+    )
+    if splits == 1:
+        return out
+    return out.sum(0).to(x.dtype)
+
+
+def _windowed_transpose(y, in_features, key0, key1, nnz, column_offset):
+    from ..kernels.sparse_jl_windowed import sparse_jl_windowed_transpose_kernel
+
+    n, k = y.shape
+    tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
+    block_m, width, tiles, splits, per_split = _windowed_grid(n, nnz, tables, y.device)
+    z = _buffers.empty((n, in_features), y.dtype, y.device)
+    split_fp32, dot_type = _dot_config(y.dtype)
+    sparse_jl_windowed_transpose_kernel[(tiles, splits)](
+        y, tables.words, tables.rotations, z, n, in_features, column_offset, tables.group_base,
+        tables.groups, per_split, tables.windows, 1.0 / math.sqrt(nnz),
+        y.stride(0), y.stride(1), z.stride(0), z.stride(1),
+        NNZ=nnz, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
+        num_warps=_windowed_num_warps(block_m),
+    )
+    return z
 
 
 def _seed(key0: int, key1: int) -> int:

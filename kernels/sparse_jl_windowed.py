@@ -1,0 +1,171 @@
+"""Windowed sparse JL kernels: Y = X S^T and Z = Y S when S has the windowed layout (spec v2).
+
+Layout (``docs/spec.md``): k = 16 * A * nnz rows, nnz blocks of A windows of 16 rows. Input columns
+come in chunks of 16; chunk c = g*A + p of group g goes to window (p + R_g) mod A of every block,
+where its 16 columns land on 16 distinct rows: column i on row i XOR m_(c,t), with a sign bit per
+column. One 32-bit word per (chunk, block) holds m (bits 0-3) and the 16 signs (bits 16-31).
+
+Why this layout: the window a chunk lands in is the same in every block, so a program that owns
+window a of all blocks (16 * nnz output columns) reads each chunk of its groups exactly once and
+multiplies it by a 16 x 16*nnz signed permutation tile. Tensor-core work per input element is
+2 * 16 * nnz flops whatever k is, where a one-hot over all of k costs 2k. Each group of A
+neighbouring chunks is split among the A programs of a row tile, so together they read X's rows
+whole.
+
+The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and
+4 * nnz / 16 bytes per input column; the projection kernels only load them.
+"""
+import triton
+import triton.language as tl
+
+from .philox import philox4x32_10
+from .sparse_jl import split_bf16x3
+
+WINDOW = tl.constexpr(16)
+
+
+@triton.jit
+def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, key0, key1,
+                        NNZ: tl.constexpr, DOMAIN_WINDOW: tl.constexpr, DOMAIN_GROUP: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """words[c, t] for the groups*windows chunks of groups [group_base, group_base + groups), and
+    rotations[g] = R_(group_base + g). Grid: cdiv(groups * windows, BLOCK)."""
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    chunk = group_base * windows + idx
+    in_table = idx < groups * windows
+    lo = (chunk & 0xFFFFFFFF).to(tl.uint32)
+    hi = (chunk >> 32).to(tl.uint32)
+    zero = tl.zeros_like(lo)
+    for quad in tl.static_range(0, (NNZ + 3) // 4):
+        w0, w1, w2, w3 = philox4x32_10(lo, hi, zero + quad, zero + DOMAIN_WINDOW, key0, key1)
+        base = words_ptr + idx * NNZ + 4 * quad
+        tl.store(base, w0.to(tl.int32, bitcast=True), mask=in_table)
+        if 4 * quad + 1 < NNZ:
+            tl.store(base + 1, w1.to(tl.int32, bitcast=True), mask=in_table)
+        if 4 * quad + 2 < NNZ:
+            tl.store(base + 2, w2.to(tl.int32, bitcast=True), mask=in_table)
+        if 4 * quad + 3 < NNZ:
+            tl.store(base + 3, w3.to(tl.int32, bitcast=True), mask=in_table)
+    group = group_base + idx
+    r0, _, _, _ = philox4x32_10((group & 0xFFFFFFFF).to(tl.uint32), (group >> 32).to(tl.uint32),
+                                zero, zero + DOMAIN_GROUP, key0, key1)
+    rotation = tl.umulhi(r0, (zero + windows).to(tl.uint32))
+    tl.store(rotations_ptr + idx, rotation.to(tl.int32), mask=idx < groups)
+
+
+@triton.jit
+def _chunk_of_window(rotations_ptr, group, window, windows):
+    """(index in the table, p) of the chunk of table group ``group`` that lands in ``window``."""
+    rotation = tl.load(rotations_ptr + group)
+    position = (window - rotation + windows) % windows
+    return tl.cast(group, tl.int64) * windows + position
+
+
+@triton.jit
+def _signed_permutation(words_ptr, table_chunk, offs_q, NNZ: tl.constexpr):
+    """For accumulator column q = 16t + u: the chunk column i* = u XOR m_t that lands there, and
+    its value +-1 (0 for the padding columns t >= NNZ)."""
+    t = offs_q // WINDOW
+    u = offs_q % WINDOW
+    valid = t < NNZ
+    word = tl.load(words_ptr + table_chunk * NNZ + t, mask=valid, other=0)
+    source = u ^ (word & (WINDOW - 1))
+    negative = (word >> (16 + source)) & 1
+    value = tl.where(valid, tl.where(negative != 0, -1.0, 1.0), 0.0)
+    return source, value
+
+
+@triton.jit
+def sparse_jl_windowed_forward_kernel(
+    x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
+    groups_per_split, windows, scale,
+    stride_xm, stride_xd, stride_om, stride_ok, stride_split,
+    NNZ: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
+):
+    """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A,
+    splits); A is the fastest axis so the programs sharing a row tile run together. WIDTH is
+    16 * NNZ rounded up to a power of two. With one split ``out`` is Y; otherwise a float32
+    workspace the caller sums in a fixed order."""
+    pid = tl.program_id(0)
+    window = pid % windows
+    pid_m = pid // windows
+    pid_s = tl.program_id(1)
+    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < n
+    lanes = tl.arange(0, WINDOW)
+    offs_q = tl.arange(0, WIDTH)
+    acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
+    g_begin = pid_s * groups_per_split
+    g_end = tl.minimum(g_begin + groups_per_split, groups)
+    for group in range(g_begin, g_end):
+        table_chunk = _chunk_of_window(rotations_ptr, group, window, windows)
+        cols = (group_base * windows + table_chunk) * WINDOW - column_offset + lanes
+        mask_d = (cols >= 0) & (cols < d)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
+                    mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+        source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
+        tile = tl.where(lanes[:, None] == source[None, :], value[None, :], 0.0)
+        if SPLIT_FP32:
+            hi, mid, lo = split_bf16x3(x.to(tl.float32))
+            tile = tile.to(DOT_DTYPE)
+            acc = tl.dot(hi.to(DOT_DTYPE), tile, acc)
+            acc = tl.dot(mid.to(DOT_DTYPE), tile, acc)
+            acc = tl.dot(lo.to(DOT_DTYPE), tile, acc)
+        else:
+            acc = tl.dot(x.to(DOT_DTYPE), tile.to(DOT_DTYPE), acc)
+    t = offs_q // WINDOW
+    out_cols = (t * windows + window) * WINDOW + offs_q % WINDOW
+    out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
+                + out_cols[None, :] * stride_ok)
+    tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & (t < NNZ)[None, :])
+
+
+@triton.jit
+def sparse_jl_windowed_transpose_kernel(
+    y_ptr, words_ptr, rotations_ptr, z_ptr, n, d, column_offset, group_base, groups,
+    groups_per_split, windows, scale,
+    stride_ym, stride_yk, stride_zm, stride_zd,
+    NNZ: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
+):
+    """z[m, chunk columns] = scale * y[m, window a of every block] @ tile^T for each chunk that lands
+    in window a. Grid as the forward's; splits own disjoint groups, so every column of z is written
+    by exactly one program and no reduction follows."""
+    pid = tl.program_id(0)
+    window = pid % windows
+    pid_m = pid // windows
+    pid_s = tl.program_id(1)
+    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < n
+    lanes = tl.arange(0, WINDOW)
+    offs_q = tl.arange(0, WIDTH)
+    t = offs_q // WINDOW
+    y_cols = (t * windows + window) * WINDOW + offs_q % WINDOW
+    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + y_cols[None, :] * stride_yk,
+                mask=mask_m[:, None] & (t < NNZ)[None, :], other=0.0)
+    # The y tile is loop-invariant: split it once.
+    if SPLIT_FP32:
+        hi, mid, lo = split_bf16x3(y.to(tl.float32))
+        hi = hi.to(DOT_DTYPE)
+        mid = mid.to(DOT_DTYPE)
+        lo = lo.to(DOT_DTYPE)
+    else:
+        hi = y.to(DOT_DTYPE)
+        mid = hi
+        lo = hi
+    g_begin = pid_s * groups_per_split
+    g_end = tl.minimum(g_begin + groups_per_split, groups)
+    for group in range(g_begin, g_end):
+        table_chunk = _chunk_of_window(rotations_ptr, group, window, windows)
+        cols = (group_base * windows + table_chunk) * WINDOW - column_offset + lanes
+        mask_d = (cols >= 0) & (cols < d)
+        source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
+        tile_t = tl.where(source[:, None] == lanes[None, :], value[:, None], 0.0).to(DOT_DTYPE)
+        z = tl.dot(hi, tile_t)
+        if SPLIT_FP32:
+            z = tl.dot(mid, tile_t, z)
+            z = tl.dot(lo, tile_t, z)
+        tl.store(z_ptr + offs_m[:, None] * stride_zm + cols[None, :] * stride_zd,
+                 (z * scale).to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
