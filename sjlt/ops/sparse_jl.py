@@ -55,12 +55,13 @@ def default_splits(n: int, d: int, k: int, device: torch.device) -> int:
 
 def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
                    column_offset: int, splits: int | None = None, blocks=None,
-                   num_warps: int | None = None) -> torch.Tensor:
+                   num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """Y = x S^T. ``splits``, ``blocks`` and ``num_warps`` override the tiling heuristics (tests and
     benchmark sweeps); the result's value does not depend on them. ``blocks`` is (BLOCK_M, BLOCK_N,
     BLOCK_D) for the classic layout and (BLOCK_M,) for the windowed one."""
     if spec.is_windowed(out_features, nnz):
-        return _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps)
+        return _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps,
+                                 num_stages)
     return classic_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps)
 
 
@@ -162,8 +163,31 @@ class WindowTables(NamedTuple):
     windows: int
 
 
+# Tables of recent small calls, reused: for a 1 x 1024 input the table launch is a third of the
+# call. Only small tables are kept (they are O(in_features)), and none made during CUDA-graph
+# capture, whose memory belongs to the graph's pool.
+_TABLE_CACHE: dict = {}
+_TABLE_CACHE_ENTRIES = 16
+_TABLE_CACHE_MAX_BYTES = 1 << 20
+
+
 def window_tables(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
                   column_offset: int, device) -> WindowTables:
+    device = torch.device(device)
+    key = (in_features, out_features, key0, key1, nnz, column_offset, device)
+    tables = _TABLE_CACHE.get(key)
+    if tables is None:
+        tables = _make_window_tables(in_features, out_features, key0, key1, nnz, column_offset, device)
+        small = tables.words.numel() * 4 <= _TABLE_CACHE_MAX_BYTES
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if small and not capturing:
+            if len(_TABLE_CACHE) >= _TABLE_CACHE_ENTRIES:
+                _TABLE_CACHE.pop(next(iter(_TABLE_CACHE)))
+            _TABLE_CACHE[key] = tables
+    return tables
+
+
+def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offset, device) -> WindowTables:
     from ..kernels.sparse_jl_windowed import window_table_kernel
 
     windows = spec.windows_per_block(out_features, nnz)
@@ -190,12 +214,14 @@ def _windowed_block_m(n: int, width: int) -> int:
     """Rows per program: the accumulator is BLOCK_M x width float32, kept near 64 KiB of registers."""
     if triton_interpreting():
         return 16
-    rows = 128 if n > 64 else 64 if n > 32 else 32 if n > 16 else 16
-    return max(16, min(rows, (128 * 128) // width))
+    rows = 64 if n > 32 else 32 if n > 16 else 16
+    return max(16, min(rows, (64 * 128) // width))
 
 
 def _windowed_num_warps(block_m: int) -> int:
-    return 8 if block_m >= 128 else 4
+    # The H100 sweep in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
+    # by 5-20%; 32 rows run best with 2 warps.
+    return 4 if block_m >= 64 else 2
 
 
 def _windowed_splits(tiles: int, groups: int, device: torch.device) -> int:
@@ -220,7 +246,8 @@ def _windowed_grid(n: int, nnz: int, tables: WindowTables, device, splits=None, 
     return block_m, width, tiles, math.ceil(tables.groups / per_split), per_split
 
 
-def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps):
+def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps,
+                      num_stages=None):
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_forward_kernel
 
     n, d = x.shape
@@ -239,7 +266,7 @@ def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, b
         per_split, tables.windows, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
         NNZ=nnz, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        num_warps=num_warps or _windowed_num_warps(block_m),
+        num_warps=num_warps or _windowed_num_warps(block_m), **({"num_stages": num_stages} if num_stages else {}),
     )
     if splits == 1:
         return out
