@@ -54,34 +54,24 @@ def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, k
 
 
 @triton.jit
-def _chunks_of_window(rotations_ptr, group, valid, window, windows):
-    """Table index of the chunk of each table group in ``group`` that lands in ``window``."""
-    rotation = tl.load(rotations_ptr + group, mask=valid, other=0)
+def _chunk_of_window(rotations_ptr, group, window, windows):
+    """(index in the table, p) of the chunk of table group ``group`` that lands in ``window``."""
+    rotation = tl.load(rotations_ptr + group)
     position = (window - rotation + windows) % windows
-    return group.to(tl.int64) * windows + position
+    return tl.cast(group, tl.int64) * windows + position
 
 
 @triton.jit
-def _chunk_columns(table_chunk, valid, group_base, windows, column_offset, d, GROUPS: tl.constexpr):
-    """Columns of x (local indices, flattened over the GROUPS chunks) and which of them exist."""
-    lanes = tl.arange(0, WINDOW)
-    cols = (group_base * windows + table_chunk)[:, None] * WINDOW - column_offset + lanes[None, :]
-    mask = valid[:, None] & (cols >= 0) & (cols < d)
-    return tl.reshape(cols, (GROUPS * WINDOW,)), tl.reshape(mask, (GROUPS * WINDOW,))
-
-
-@triton.jit
-def _signed_permutation(words_ptr, table_chunk, valid, offs_q, NNZ: tl.constexpr):
-    """For each chunk (axis 0) and accumulator column q = 16t + u (axis 1): the chunk column
-    i* = u XOR m_t that lands there, and its value +-1 (0 for padding columns t >= NNZ and for
-    chunks past the end)."""
+def _signed_permutation(words_ptr, table_chunk, offs_q, NNZ: tl.constexpr):
+    """For accumulator column q = 16t + u: the chunk column i* = u XOR m_t that lands there, and
+    its value +-1 (0 for the padding columns t >= NNZ)."""
     t = offs_q // WINDOW
     u = offs_q % WINDOW
-    present = valid[:, None] & (t < NNZ)[None, :]
-    word = tl.load(words_ptr + table_chunk[:, None] * NNZ + t[None, :], mask=present, other=0)
-    source = u[None, :] ^ (word & (WINDOW - 1))
+    valid = t < NNZ
+    word = tl.load(words_ptr + table_chunk * NNZ + t, mask=valid, other=0)
+    source = u ^ (word & (WINDOW - 1))
     negative = (word >> (16 + source)) & 1
-    value = tl.where(present, tl.where(negative != 0, -1.0, 1.0), 0.0)
+    value = tl.where(valid, tl.where(negative != 0, -1.0, 1.0), 0.0)
     return source, value
 
 
@@ -91,13 +81,12 @@ def sparse_jl_windowed_forward_kernel(
     groups_per_split, windows, scale,
     stride_xm, stride_xd, stride_om, stride_ok, stride_split,
     NNZ: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
 ):
     """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A,
     splits); A is the fastest axis so the programs sharing a row tile run together. WIDTH is
-    16 * NNZ rounded up to a power of two. Each step takes GROUPS groups: one load of GROUPS chunks
-    and one dot of depth 16 * GROUPS against their stacked tiles. With one split ``out`` is Y;
-    otherwise a float32 workspace the caller sums in a fixed order."""
+    16 * NNZ rounded up to a power of two. With one split ``out`` is Y; otherwise a float32
+    workspace the caller sums in a fixed order."""
     pid = tl.program_id(0)
     window = pid % windows
     pid_m = pid // windows
@@ -106,27 +95,25 @@ def sparse_jl_windowed_forward_kernel(
     mask_m = offs_m < n
     lanes = tl.arange(0, WINDOW)
     offs_q = tl.arange(0, WIDTH)
-    offs_g = tl.arange(0, GROUPS)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
-    for g0 in range(g_begin, g_end, GROUPS):
-        group = g0 + offs_g
-        valid = group < g_end
-        table_chunk = _chunks_of_window(rotations_ptr, group, valid, window, windows)
-        cols, mask_d = _chunk_columns(table_chunk, valid, group_base, windows, column_offset, d, GROUPS)
+    for group in range(g_begin, g_end):
+        table_chunk = _chunk_of_window(rotations_ptr, group, window, windows)
+        cols = (group_base * windows + table_chunk) * WINDOW - column_offset + lanes
+        mask_d = (cols >= 0) & (cols < d)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
                     mask=mask_m[:, None] & mask_d[None, :], other=0.0)
-        source, value = _signed_permutation(words_ptr, table_chunk, valid, offs_q, NNZ)
-        tile = tl.where(lanes[None, :, None] == source[:, None, :], value[:, None, :], 0.0)
-        tile = tl.reshape(tile, (GROUPS * WINDOW, WIDTH)).to(DOT_DTYPE)
+        source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
+        tile = tl.where(lanes[:, None] == source[None, :], value[None, :], 0.0)
         if SPLIT_FP32:
             hi, mid, lo = split_bf16x3(x.to(tl.float32))
+            tile = tile.to(DOT_DTYPE)
             acc = tl.dot(hi.to(DOT_DTYPE), tile, acc)
             acc = tl.dot(mid.to(DOT_DTYPE), tile, acc)
             acc = tl.dot(lo.to(DOT_DTYPE), tile, acc)
         else:
-            acc = tl.dot(x.to(DOT_DTYPE), tile, acc)
+            acc = tl.dot(x.to(DOT_DTYPE), tile.to(DOT_DTYPE), acc)
     t = offs_q // WINDOW
     out_cols = (t * windows + window) * WINDOW + offs_q % WINDOW
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
@@ -141,11 +128,11 @@ def sparse_jl_windowed_transpose_kernel(
     groups_per_split, windows, scale,
     stride_ym, stride_yk, stride_zm, stride_zd,
     NNZ: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
 ):
     """z[m, chunk columns] = scale * y[m, window a of every block] @ tile^T for each chunk that lands
-    in window a, GROUPS chunks per step. Grid as the forward's; splits own disjoint groups, so every
-    column of z is written by exactly one program and no reduction follows."""
+    in window a. Grid as the forward's; splits own disjoint groups, so every column of z is written
+    by exactly one program and no reduction follows."""
     pid = tl.program_id(0)
     window = pid % windows
     pid_m = pid // windows
@@ -154,7 +141,6 @@ def sparse_jl_windowed_transpose_kernel(
     mask_m = offs_m < n
     lanes = tl.arange(0, WINDOW)
     offs_q = tl.arange(0, WIDTH)
-    offs_g = tl.arange(0, GROUPS)
     t = offs_q // WINDOW
     y_cols = (t * windows + window) * WINDOW + offs_q % WINDOW
     y = tl.load(y_ptr + offs_m[:, None] * stride_ym + y_cols[None, :] * stride_yk,
@@ -171,14 +157,12 @@ def sparse_jl_windowed_transpose_kernel(
         lo = hi
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
-    for g0 in range(g_begin, g_end, GROUPS):
-        group = g0 + offs_g
-        valid = group < g_end
-        table_chunk = _chunks_of_window(rotations_ptr, group, valid, window, windows)
-        cols, mask_d = _chunk_columns(table_chunk, valid, group_base, windows, column_offset, d, GROUPS)
-        source, value = _signed_permutation(words_ptr, table_chunk, valid, offs_q, NNZ)
-        tile = tl.where(lanes[None, :, None] == source[:, None, :], value[:, None, :], 0.0)
-        tile_t = tl.trans(tl.reshape(tile, (GROUPS * WINDOW, WIDTH))).to(DOT_DTYPE)
+    for group in range(g_begin, g_end):
+        table_chunk = _chunk_of_window(rotations_ptr, group, window, windows)
+        cols = (group_base * windows + table_chunk) * WINDOW - column_offset + lanes
+        mask_d = (cols >= 0) & (cols < d)
+        source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
+        tile_t = tl.where(source[:, None] == lanes[None, :], value[:, None], 0.0).to(DOT_DTYPE)
         z = tl.dot(hi, tile_t)
         if SPLIT_FP32:
             z = tl.dot(mid, tile_t, z)

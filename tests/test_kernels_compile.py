@@ -43,9 +43,8 @@ def _variants():
             yield ("sparse_jl_hash_kernel", {"table_ptr": "*i32", "d": I32, "k": I32, "nnz": I32,
                                              "column_offset": I64, "key0": key, "key1": key}, hash_const)
     for dtype, split, dot in [("fp32", True, tl.bfloat16), ("bf16", False, tl.bfloat16), ("fp16", False, tl.float16)]:
-        for nnz, width, block_m, groups in [(8, 128, 64, 4), (8, 128, 64, 2), (3, 64, 32, 1), (1, 16, 16, 4)]:
-            const = {"NNZ": nnz, "SPLIT_FP32": split, "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": width,
-                     "GROUPS": groups}
+        for nnz, width, block_m in [(8, 128, 128), (3, 64, 32), (1, 16, 16)]:
+            const = {"NNZ": nnz, "SPLIT_FP32": split, "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": width}
             common = {"words_ptr": "*i32", "rotations_ptr": "*i32", "n": I32, "d": I64, "column_offset": I64,
                       "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants

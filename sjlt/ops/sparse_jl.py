@@ -58,10 +58,10 @@ def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz
                    num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """Y = x S^T. ``splits``, ``blocks`` and ``num_warps`` override the tiling heuristics (tests and
     benchmark sweeps); the result's value does not depend on them. ``blocks`` is (BLOCK_M, BLOCK_N,
-    BLOCK_D) for the classic layout and (BLOCK_M[, GROUPS]) for the windowed one."""
+    BLOCK_D) for the classic layout and (BLOCK_M,) for the windowed one."""
     if spec.is_windowed(out_features, nnz):
         return _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps,
-                                 num_stages, blocks[1] if blocks and len(blocks) > 1 else None)
+                                 num_stages)
     return classic_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps)
 
 
@@ -224,19 +224,12 @@ def _windowed_num_warps(block_m: int) -> int:
     return 4 if block_m >= 64 else 2
 
 
-def _windowed_groups(dtype) -> int:
-    """Groups per step: a load of 4 chunks keeps more bytes in flight per program (half types);
-    float32 takes 2, its three split terms costing registers."""
-    return 2 if dtype == torch.float32 else 4
-
-
 def _windowed_splits(tiles: int, groups: int, device: torch.device) -> int:
     """Group splits: enough programs to fill the GPU when the row tiles alone cannot, each split
-    keeping at least 16 groups of work. 8 programs per SM: the n = 32, d = 2**24 sweep ran 1.4x
-    faster with 32 splits than with 16."""
+    keeping at least 16 groups of work."""
     if device.type != "cuda":
         return 1
-    target = 8 * multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
+    target = 4 * multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
     if tiles >= target:
         return 1
     return max(1, min(math.ceil(target / tiles), groups // 16))
@@ -254,7 +247,7 @@ def _windowed_grid(n: int, nnz: int, tables: WindowTables, device, splits=None, 
 
 
 def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps,
-                      num_stages=None, groups_per_step=None):
+                      num_stages=None):
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_forward_kernel
 
     n, d = x.shape
@@ -273,7 +266,6 @@ def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, b
         per_split, tables.windows, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
         NNZ=nnz, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        GROUPS=groups_per_step or _windowed_groups(x.dtype),
         num_warps=num_warps or _windowed_num_warps(block_m), **({"num_stages": num_stages} if num_stages else {}),
     )
     if splits == 1:
@@ -294,7 +286,7 @@ def _windowed_transpose(y, in_features, key0, key1, nnz, column_offset):
         tables.groups, per_split, tables.windows, 1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
         NNZ=nnz, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        GROUPS=_windowed_groups(y.dtype), num_warps=_windowed_num_warps(block_m),
+        num_warps=_windowed_num_warps(block_m),
     )
     return z
 
