@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .philox import philox4x32_10
-from .sparse_jl import split_bf16x3
+from .sparse_jl import _dot_exact, split_bf16x3
 
 WINDOW = tl.constexpr(16)
 
@@ -54,11 +54,13 @@ def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, k
 
 
 @triton.jit
-def _chunk_of_window(rotations_ptr, group, window, windows):
-    """(index in the table, p) of the chunk of table group ``group`` that lands in ``window``."""
+def _chunk_of_window(rotations_ptr, group, window, windows, group_base, column_offset, d):
+    """The chunk of table group ``group`` that lands in ``window``: its index in the table, its 16
+    local column indices and which of them lie in [0, d)."""
     rotation = tl.load(rotations_ptr + group)
-    position = (window - rotation + windows) % windows
-    return tl.cast(group, tl.int64) * windows + position
+    table_chunk = tl.cast(group, tl.int64) * windows + (window - rotation + windows) % windows
+    cols = (group_base * windows + table_chunk) * WINDOW - column_offset + tl.arange(0, WINDOW)
+    return table_chunk, cols, (cols >= 0) & (cols < d)
 
 
 @triton.jit
@@ -76,6 +78,20 @@ def _signed_permutation(words_ptr, table_chunk, offs_q, NNZ: tl.constexpr):
 
 
 @triton.jit
+def _program_tile(n, windows, BLOCK_M: tl.constexpr):
+    """(window a, split, rows, row mask) of this program; grid axis 0 is row tile * A + a."""
+    pid = tl.program_id(0)
+    offs_m = (pid // windows).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    return pid % windows, tl.program_id(1), offs_m, offs_m < n
+
+
+@triton.jit
+def _window_columns(offs_q, window, windows):
+    """Output column of accumulator column q = 16t + u: row u of window a in block t."""
+    return ((offs_q // WINDOW) * windows + window) * WINDOW + offs_q % WINDOW
+
+
+@triton.jit
 def sparse_jl_windowed_forward_kernel(
     x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
     groups_per_split, windows, scale,
@@ -87,39 +103,27 @@ def sparse_jl_windowed_forward_kernel(
     splits); A is the fastest axis so the programs sharing a row tile run together. WIDTH is
     16 * NNZ rounded up to a power of two. With one split ``out`` is Y; otherwise a float32
     workspace the caller sums in a fixed order."""
-    pid = tl.program_id(0)
-    window = pid % windows
-    pid_m = pid // windows
-    pid_s = tl.program_id(1)
-    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < n
+    window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
     lanes = tl.arange(0, WINDOW)
     offs_q = tl.arange(0, WIDTH)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
     for group in range(g_begin, g_end):
-        table_chunk = _chunk_of_window(rotations_ptr, group, window, windows)
-        cols = (group_base * windows + table_chunk) * WINDOW - column_offset + lanes
-        mask_d = (cols >= 0) & (cols < d)
+        table_chunk, cols, mask_d = _chunk_of_window(rotations_ptr, group, window, windows, group_base,
+                                                     column_offset, d)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
                     mask=mask_m[:, None] & mask_d[None, :], other=0.0)
         source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
         tile = tl.where(lanes[:, None] == source[None, :], value[None, :], 0.0)
         if SPLIT_FP32:
-            hi, mid, lo = split_bf16x3(x.to(tl.float32))
-            tile = tile.to(DOT_DTYPE)
-            acc = tl.dot(hi.to(DOT_DTYPE), tile, acc)
-            acc = tl.dot(mid.to(DOT_DTYPE), tile, acc)
-            acc = tl.dot(lo.to(DOT_DTYPE), tile, acc)
+            acc = _dot_exact(x.to(tl.float32), tile, acc, SPLIT_FP32, DOT_DTYPE)
         else:
-            acc = tl.dot(x.to(DOT_DTYPE), tile.to(DOT_DTYPE), acc)
-    t = offs_q // WINDOW
-    out_cols = (t * windows + window) * WINDOW + offs_q % WINDOW
+            acc = _dot_exact(x, tile, acc, SPLIT_FP32, DOT_DTYPE)
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
-                + out_cols[None, :] * stride_ok)
+                + _window_columns(offs_q, window, windows)[None, :] * stride_ok)
     tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & (t < NNZ)[None, :])
+             mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :])
 
 
 @triton.jit
@@ -133,18 +137,11 @@ def sparse_jl_windowed_transpose_kernel(
     """z[m, chunk columns] = scale * y[m, window a of every block] @ tile^T for each chunk that lands
     in window a. Grid as the forward's; splits own disjoint groups, so every column of z is written
     by exactly one program and no reduction follows."""
-    pid = tl.program_id(0)
-    window = pid % windows
-    pid_m = pid // windows
-    pid_s = tl.program_id(1)
-    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < n
+    window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
     lanes = tl.arange(0, WINDOW)
     offs_q = tl.arange(0, WIDTH)
-    t = offs_q // WINDOW
-    y_cols = (t * windows + window) * WINDOW + offs_q % WINDOW
-    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + y_cols[None, :] * stride_yk,
-                mask=mask_m[:, None] & (t < NNZ)[None, :], other=0.0)
+    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + _window_columns(offs_q, window, windows)[None, :] * stride_yk,
+                mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :], other=0.0)
     # The y tile is loop-invariant: split it once.
     if SPLIT_FP32:
         hi, mid, lo = split_bf16x3(y.to(tl.float32))
@@ -158,9 +155,8 @@ def sparse_jl_windowed_transpose_kernel(
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
     for group in range(g_begin, g_end):
-        table_chunk = _chunk_of_window(rotations_ptr, group, window, windows)
-        cols = (group_base * windows + table_chunk) * WINDOW - column_offset + lanes
-        mask_d = (cols >= 0) & (cols < d)
+        table_chunk, cols, mask_d = _chunk_of_window(rotations_ptr, group, window, windows, group_base,
+                                                     column_offset, d)
         source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
         tile_t = tl.where(source[:, None] == lanes[None, :], value[:, None], 0.0).to(DOT_DTYPE)
         z = tl.dot(hi, tile_t)

@@ -121,9 +121,16 @@ def chunk_words(chunks: torch.Tensor, nnz: int, seed: int) -> torch.Tensor:
 def _windowed_hash(in_features, out_features, *, seed, nnz, column_offset, device):
     windows = spec.windows_per_block(out_features, nnz)
     cols = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=device)
-    chunk = cols // spec.WINDOW
-    return windowed_rows(cols, chunk_words(chunk, nnz, seed), window_rotations(chunk // windows, windows, seed),
-                         out_features, nnz)
+    # Philox once per chunk and per group, then broadcast to their columns.
+    first_chunk = column_offset // spec.WINDOW
+    chunks = torch.arange(first_chunk, (column_offset + in_features - 1) // spec.WINDOW + 1,
+                          dtype=torch.int64, device=device)
+    first_group = first_chunk // windows
+    groups = torch.arange(first_group, int(chunks[-1]) // windows + 1, dtype=torch.int64, device=device)
+    local_chunk = cols // spec.WINDOW - first_chunk
+    words = chunk_words(chunks, nnz, seed)[:, local_chunk]
+    rotations = window_rotations(groups, windows, seed)[cols // spec.WINDOW // windows - first_group]
+    return windowed_rows(cols, words, rotations, out_features, nnz)
 
 
 def windowed_rows(cols: torch.Tensor, words: torch.Tensor, rotations: torch.Tensor,

@@ -53,6 +53,14 @@ def default_splits(n: int, d: int, k: int, device: torch.device) -> int:
     return max(1, min(math.ceil(target / programs), math.ceil(d / (8 * block_d))))
 
 
+def _forward_output(n: int, k: int, splits: int, x: torch.Tensor):
+    """(buffer, split stride): Y itself for one split, else float32 partials the caller sums."""
+    if splits == 1:
+        return _buffers.empty((n, k), x.dtype, x.device), 0
+    out = _buffers.empty((splits, n, k), torch.float32, x.device)
+    return out, out.stride(0)
+
+
 def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
                    column_offset: int, splits: int | None = None, blocks=None,
                    num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
@@ -81,12 +89,7 @@ def classic_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nn
     cols_per_split = math.ceil(math.ceil(d / splits) / block_d) * block_d
     splits = math.ceil(d / cols_per_split)
     split_fp32, dot_type = _dot_config(x.dtype)
-    if splits == 1:
-        out = _buffers.empty((n, k), x.dtype, x.device)
-        stride_split = 0
-    else:
-        out = _buffers.empty((splits, n, k), torch.float32, x.device)
-        stride_split = out.stride(0)
+    out, stride_split = _forward_output(n, k, splits, x)
     grid = (math.ceil(n / block_m), math.ceil(k / block_n), splits)
     sparse_jl_forward_kernel[grid](
         x, table, out, n, d, k, nnz, 1.0 / math.sqrt(nnz),
@@ -255,12 +258,7 @@ def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, b
     tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
     block_m, width, tiles, splits, per_split = _windowed_grid(
         n, nnz, tables, x.device, splits, blocks[0] if blocks else None)
-    if splits == 1:
-        out = _buffers.empty((n, out_features), x.dtype, x.device)
-        stride_split = 0
-    else:
-        out = _buffers.empty((splits, n, out_features), torch.float32, x.device)
-        stride_split = out.stride(0)
+    out, stride_split = _forward_output(n, out_features, splits, x)
     split_fp32, dot_type = _dot_config(x.dtype)
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
