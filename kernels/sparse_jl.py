@@ -84,8 +84,9 @@ def split_bf16x3(a):
 
 
 @triton.jit
-def _dot_exact(a, b, acc, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """acc += a @ b where b holds small integers (exact in DOT_DTYPE); a is float32 if SPLIT_FP32."""
+def dot_exact(a, b, acc, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """acc += a @ b where b holds small integers (exact in DOT_DTYPE). SPLIT_FP32 is set exactly when a
+    is float32 (float32 inputs), so a needs no cast."""
     if SPLIT_FP32:
         hi, mid, lo = split_bf16x3(a)
         b = b.to(DOT_DTYPE)
@@ -133,10 +134,7 @@ def sparse_jl_forward_kernel(
             packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
             row, sign = unpack_row_and_sign(packed)
             one_hot += tl.where(row[:, None] == offs_o[None, :], sign[:, None], 0.0)
-        if SPLIT_FP32:
-            acc = _dot_exact(x.to(tl.float32), one_hot, acc, SPLIT_FP32, DOT_DTYPE)
-        else:
-            acc = _dot_exact(x, one_hot, acc, SPLIT_FP32, DOT_DTYPE)
+        acc = dot_exact(x, one_hot, acc, SPLIT_FP32, DOT_DTYPE)
     out = acc * scale
     out_ptrs = out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + offs_o[None, :] * stride_ok
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & (offs_o[None, :] < k))
@@ -175,10 +173,7 @@ def sparse_jl_transpose_kernel(
             packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
             row, sign = unpack_row_and_sign(packed)
             one_hot_t += tl.where(offs_o[:, None] == row[None, :], sign[None, :], 0.0)
-        if SPLIT_FP32:
-            acc = _dot_exact(y.to(tl.float32), one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
-        else:
-            acc = _dot_exact(y, one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
+        acc = dot_exact(y, one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
     out = acc * scale
     tl.store(z_ptr + offs_m[:, None] * stride_zm + offs_d[None, :] * stride_zd,
              out.to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .philox import philox4x32_10
-from .sparse_jl import _dot_exact, split_bf16x3
+from .sparse_jl import dot_exact, split_bf16x3
 
 WINDOW = tl.constexpr(16)
 
@@ -116,10 +116,7 @@ def sparse_jl_windowed_forward_kernel(
                     mask=mask_m[:, None] & mask_d[None, :], other=0.0)
         source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
         tile = tl.where(lanes[:, None] == source[None, :], value[None, :], 0.0)
-        if SPLIT_FP32:
-            acc = _dot_exact(x.to(tl.float32), tile, acc, SPLIT_FP32, DOT_DTYPE)
-        else:
-            acc = _dot_exact(x, tile, acc, SPLIT_FP32, DOT_DTYPE)
+        acc = dot_exact(x, tile, acc, SPLIT_FP32, DOT_DTYPE)
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
                 + _window_columns(offs_q, window, windows)[None, :] * stride_ok)
     tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty),
@@ -144,7 +141,7 @@ def sparse_jl_windowed_transpose_kernel(
                 mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :], other=0.0)
     # The y tile is loop-invariant: split it once.
     if SPLIT_FP32:
-        hi, mid, lo = split_bf16x3(y.to(tl.float32))
+        hi, mid, lo = split_bf16x3(y)
         hi = hi.to(DOT_DTYPE)
         mid = mid.to(DOT_DTYPE)
         lo = lo.to(DOT_DTYPE)

@@ -113,35 +113,40 @@ def chunk_words(chunks: torch.Tensor, nnz: int, seed: int) -> torch.Tensor:
     k0, k1 = spec.philox_key(seed)
     t = torch.arange(nnz, dtype=torch.int64, device=chunks.device)[:, None]
     words = philox4x32_10(chunks & _MASK32, chunks >> 32, t >> 2, spec.DOMAIN_SPARSE_JL_WINDOW, k0, k1)
-    lane = t & 3
+    return _philox_word(words, t & 3)
+
+
+def _philox_word(words, lane: torch.Tensor) -> torch.Tensor:
+    """Word ``lane`` (0-3, elementwise) of a Philox output: streams that use all four words of a call."""
     return torch.where(lane == 0, words[0], torch.where(lane == 1, words[1],
                        torch.where(lane == 2, words[2], words[3])))
 
 
 def _windowed_hash(in_features, out_features, *, seed, nnz, column_offset, device):
     windows = spec.windows_per_block(out_features, nnz)
-    cols = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=device)
-    # Philox once per chunk and per group, then broadcast to their columns.
+    # Philox once per chunk and per group; windowed_rows broadcasts them to the columns.
     first_chunk = column_offset // spec.WINDOW
-    chunks = torch.arange(first_chunk, (column_offset + in_features - 1) // spec.WINDOW + 1,
-                          dtype=torch.int64, device=device)
-    first_group = first_chunk // windows
-    groups = torch.arange(first_group, int(chunks[-1]) // windows + 1, dtype=torch.int64, device=device)
-    local_chunk = cols // spec.WINDOW - first_chunk
-    words = chunk_words(chunks, nnz, seed)[:, local_chunk]
-    rotations = window_rotations(groups, windows, seed)[cols // spec.WINDOW // windows - first_group]
-    return windowed_rows(cols, words, rotations, out_features, nnz)
+    last_chunk = (column_offset + in_features - 1) // spec.WINDOW
+    chunks = torch.arange(first_chunk, last_chunk + 1, dtype=torch.int64, device=device)
+    groups = torch.arange(first_chunk // windows, last_chunk // windows + 1, dtype=torch.int64, device=device)
+    return windowed_rows(in_features, column_offset, chunk_words(chunks, nnz, seed),
+                         window_rotations(groups, windows, seed), first_chunk, first_chunk // windows,
+                         out_features, nnz)
 
 
-def windowed_rows(cols: torch.Tensor, words: torch.Tensor, rotations: torch.Tensor,
-                  out_features: int, nnz: int):
-    """(rows, negative) of the windowed layout from each column's chunk words (nnz, len(cols)) and
-    group rotation. Column j = 16c + i (chunk c, i < 16), c = g*A + p (group g, p < A),
-    A = k / (16 nnz): nonzero t sits at row t*16A + 16*((p + R_g) mod A) + (i XOR m), m = word & 15,
-    negative = bit 16 + i of the word. Columns of a chunk never share a row within a block."""
+def windowed_rows(in_features: int, column_offset: int, words: torch.Tensor, rotations: torch.Tensor,
+                  chunk_base: int, group_base: int, out_features: int, nnz: int):
+    """(rows, negative) of the windowed layout for columns [column_offset, column_offset +
+    in_features), from the chunk words (nnz, chunks from chunk_base) and the group rotations
+    (groups from group_base), as uint32 values in int64. Column j = 16c + i (chunk c, i < 16),
+    c = g*A + p (group g, p < A), A = k / (16 nnz): nonzero t sits at row
+    t*16A + 16*((p + R_g) mod A) + (i XOR m), m = word & 15, negative = bit 16 + i of the word.
+    Columns of a chunk never share a row within a block."""
     windows = spec.windows_per_block(out_features, nnz)
+    cols = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=words.device)
     chunk, lane = cols // spec.WINDOW, cols % spec.WINDOW
-    window = (chunk % windows + rotations) % windows
+    words = words[:, chunk - chunk_base]
+    window = (chunk % windows + rotations[chunk // windows - group_base]) % windows
     t = torch.arange(nnz, dtype=torch.int64, device=cols.device)[:, None]
     rows = (t * windows + window) * spec.WINDOW + (lane ^ (words & (spec.WINDOW - 1)))
     negative = ((words >> (16 + lane)) & 1).bool()
@@ -354,9 +359,7 @@ def dropout_keep_mask(shape, p: float, *, seed, device=None) -> torch.Tensor:
     group = index >> 2
     words = philox4x32_10(group & _MASK32, group >> 32, torch.zeros_like(group),
                           spec.DOMAIN_DROPOUT, k0, k1)
-    lane = index & 3
-    word = torch.where(lane == 0, words[0], torch.where(lane == 1, words[1],
-                       torch.where(lane == 2, words[2], words[3])))
+    word = _philox_word(words, index & 3)
     return (word >= threshold).reshape(shape)
 
 

@@ -64,9 +64,10 @@ def _forward_output(n: int, k: int, splits: int, x: torch.Tensor):
 def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
                    column_offset: int, splits: int | None = None, blocks=None,
                    num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
-    """Y = x S^T. ``splits``, ``blocks`` and ``num_warps`` override the tiling heuristics (tests and
-    benchmark sweeps); the result's value does not depend on them. ``blocks`` is (BLOCK_M, BLOCK_N,
-    BLOCK_D) for the classic layout and (BLOCK_M,) for the windowed one."""
+    """Y = x S^T. ``splits``, ``blocks``, ``num_warps`` and ``num_stages`` override the tiling
+    heuristics (tests and benchmark sweeps); the result's value does not depend on them. ``blocks``
+    is (BLOCK_M, BLOCK_N, BLOCK_D) for the classic layout and (BLOCK_M,) for the windowed one;
+    ``num_stages`` applies to the windowed kernel only."""
     if spec.is_windowed(out_features, nnz):
         return _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, blocks, num_warps,
                                  num_stages)
@@ -144,11 +145,9 @@ def triton_hash(in_features: int, out_features: int, key0: int, key1: int, nnz: 
     """The kernels' own (rows, negative) table, for materialising S and for tests."""
     if spec.is_windowed(out_features, nnz):
         tables = window_tables(in_features, out_features, key0, key1, nnz, column_offset, device)
-        columns = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=device)
-        chunk = columns // spec.WINDOW
-        rotations = tables.rotations.to(torch.int64)[chunk // tables.windows - tables.group_base]
-        words = (tables.words.to(torch.int64) & 0xFFFFFFFF)[chunk - tables.group_base * tables.windows].t()
-        return reference.windowed_rows(columns, words, rotations, out_features, nnz)
+        return reference.windowed_rows(in_features, column_offset, tables.words.t().to(torch.int64) & 0xFFFFFFFF,
+                                       tables.rotations.to(torch.int64), tables.group_base * tables.windows,
+                                       tables.group_base, out_features, nnz)
     table = hash_table(in_features, out_features, key0, key1, nnz, column_offset, device)
     return (table & 0x7FFFFFFF).to(torch.int64), table < 0
 
