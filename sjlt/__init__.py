@@ -2,16 +2,45 @@
 
 The same seed gives the same projection matrix and the same dropout mask on every device; see
 ``docs/spec.md`` for the exact streams.
+
+``import sjlt`` is cheap: it imports neither torch nor scikit-learn. Each public name below is
+imported on first use (PEP 562), so the command line starts without torch and ``import sjlt``
+never pulls in scikit-learn.
 """
-from . import functional, nn, reference
-from .functional import seeded_dropout, sparse_jl, sparse_jl_matrix, sparse_jl_transpose
-from .nn import SeededDropout, SparseJL
+from __future__ import annotations
+
+import importlib
+
+from ._version import __version__
 from .spec import SPEC_VERSION
 
-__version__ = "0.1.0"
+# public name -> the submodule that defines it (a submodule itself when the name is the module).
+_LAZY = {
+    "functional": "sjlt.functional",
+    "nn": "sjlt.nn",
+    "reference": "sjlt.reference",
+    "sparse_jl": "sjlt.functional",
+    "sparse_jl_transpose": "sjlt.functional",
+    "sparse_jl_matrix": "sjlt.functional",
+    "seeded_dropout": "sjlt.functional",
+    "SparseJL": "sjlt.nn",
+    "SeededDropout": "sjlt.nn",
+    "SparseJLProjection": "sjlt.sklearn",
+    "FeatureDropout": "sjlt.sklearn",
+}
 
-__all__ = [
-    "SPEC_VERSION", "__version__", "functional", "nn", "reference",
-    "sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout",
-    "SparseJL", "SeededDropout",
-]
+__all__ = ["SPEC_VERSION", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'sjlt' has no attribute {name!r}")
+    module = importlib.import_module(target)
+    value = module if target == f"sjlt.{name}" else getattr(module, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
