@@ -23,14 +23,16 @@ def float32_to_bfloat16_rne(y):
 
 @triton.jit
 def seeded_dropout_kernel(
-    x_ptr, y_ptr, seeds_ptr, scale_ptr, n_rows, n_cols, stride_xr, stride_xc,
-    key0, key1, threshold,
+    x_ptr, y_ptr, seeds_ptr, scale_ptr, n_rows, n_cols, stride_xr, stride_xc, threshold,
     DOMAIN: tl.constexpr, PER_ROW_SEED: tl.constexpr, CONTIGUOUS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """x is viewed as (n_rows, n_cols) with strides; y is contiguous of the same shape.
 
     PER_ROW_SEED: grid covers (row, column block) pairs; row r's key is seeds[r] (uint64 bits).
-    Otherwise the grid covers the flat index range, BLOCK elements per program.
+    Otherwise the grid covers the flat index range, BLOCK elements per program, under the key
+    seeds[0]. The seed is read from device memory, never passed by value: a CUDA graph then
+    replays with whatever seed its tensor holds at replay time, and a compiled graph does not
+    specialise on it.
     """
     pid = tl.program_id(0).to(tl.int64)
     if PER_ROW_SEED:
@@ -40,22 +42,21 @@ def seeded_dropout_kernel(
         cols = first + tl.arange(0, BLOCK)
         mask = cols < n_cols
         seed = tl.load(seeds_ptr + row)
-        k0 = seed & 0xFFFFFFFF
-        k1 = (seed >> 32) & 0xFFFFFFFF
         x_offs = row * stride_xr + cols * stride_xc
         y_offs = row * n_cols + cols
     else:
         first = pid * BLOCK
         idx = first + tl.arange(0, BLOCK)
         mask = idx < n_rows * n_cols
-        k0 = key0
-        k1 = key1
+        seed = tl.load(seeds_ptr)
         if CONTIGUOUS:
             x_offs = idx
         else:
             r = idx // n_cols
             x_offs = r * stride_xr + (idx - r * n_cols) * stride_xc
         y_offs = idx
+    k0 = seed & 0xFFFFFFFF
+    k1 = (seed >> 32) & 0xFFFFFFFF
     group = (first >> 2) + tl.arange(0, BLOCK // 4).to(tl.int64)
     zero = tl.zeros_like(group)
     w0, w1, w2, w3 = philox4x32_10(group & 0xFFFFFFFF, group >> 32, zero, zero + DOMAIN, k0, k1)

@@ -110,26 +110,32 @@ def seeded_dropout(x: torch.Tensor, p: float, *, seed, training: bool = True,
                    backend: str = "auto") -> torch.Tensor:
     """y = x * keep / (1 - p), keep regenerated from (seed, index): no mask is ever stored.
 
-    ``seed`` is an int in [0, 2**64), or a 1-D int64 tensor with one seed per row of a 2-D x
-    (its bits read as uint64). ``training=False`` or p = 0 returns x itself; p = 1 returns zeros.
+    ``seed`` is one of:
+    - an int in [0, 2**64);
+    - a 0-d int64 tensor on x's device (its bits read as uint64), e.g. drawn with
+      ``torch.randint``. The kernel reads it at run time, so a captured CUDA graph uses the value
+      the tensor holds at each replay, and ``torch.compile`` never specialises on it;
+    - a 1-D int64 tensor with one seed per row of a 2-D x.
+
+    ``training=False`` or p = 0 returns x itself; p = 1 returns zeros.
     """
     _check_input(x, "x", complex_ok=False)
     p = spec.check_probability(p)
     check_backend(backend)
-    row_seeds = None
     if isinstance(seed, torch.Tensor):
-        if seed.dtype not in (torch.int64, torch.int32) or seed.dim() != 1:
-            raise TypeError(f"a seed tensor must be 1-D int64 (one seed per row), got {seed.dtype} "
-                            f"of shape {tuple(seed.shape)}")
-        if x.dim() != 2 or seed.shape[0] != x.shape[0]:
-            raise ValueError(f"a seed tensor needs a 2-D x with one seed per row: x has shape "
+        if seed.dtype not in (torch.int64, torch.int32) or seed.dim() > 1:
+            raise TypeError(f"a seed tensor must be 0-d (one seed) or 1-D (one seed per row) int64, got "
+                            f"{seed.dtype} of shape {tuple(seed.shape)}")
+        if seed.dim() == 1 and (x.dim() != 2 or seed.shape[0] != x.shape[0]):
+            raise ValueError(f"a 1-D seed tensor needs a 2-D x with one seed per row: x has shape "
                              f"{tuple(x.shape)}, seed has shape {tuple(seed.shape)}")
         if seed.device != x.device:
             raise ValueError(f"seed tensor is on {seed.device} but x is on {x.device}; move it with .to(x.device)")
-        row_seeds = seed.to(torch.int64)
-        key0 = key1 = 0
+        seed = seed.to(torch.int64)
     else:
-        key0, key1 = spec.philox_key(seed)
+        seed = spec.check_seed(seed)
     if not training or p == 0.0:
         return x
-    return torch.ops.sjlt.seeded_dropout(x, p, key0, key1, row_seeds, backend)
+    if not isinstance(seed, torch.Tensor):
+        seed = _dropout_ops.seed_tensor(seed, x.device)
+    return _dropout_ops.seeded_dropout_op(x, p, seed, backend)

@@ -10,6 +10,8 @@ __all__ = ["SparseJL", "SeededDropout"]
 
 # Odd 64-bit Weyl increment: call c of a seeded SeededDropout uses seed + c * this (mod 2**64).
 _CALL_INCREMENT = 0x9E3779B97F4A7C15
+# Its inverse mod 2**64 (it is odd), which recovers c from the device state.
+_CALL_INCREMENT_INVERSE = pow(_CALL_INCREMENT, -1, 1 << 64)
 
 
 class SparseJL(torch.nn.Module):
@@ -57,40 +59,85 @@ class SparseJL(torch.nn.Module):
 class SeededDropout(torch.nn.Module):
     """Dropout whose mask is regenerated from a seed in the backward instead of being stored.
 
-    ``seed=None``: each call draws a fresh 63-bit seed from torch's default CPU generator, so
-    ``torch.manual_seed`` makes a run reproducible. ``seed=int``: call c (counted in training mode
-    and kept in the state_dict) uses seed + c * 0x9E3779B97F4A7C15 (mod 2**64). The seed of each
-    forward is the one its backward uses. ``last_seed`` holds the seed of the latest call.
+    ``seed=None``: each call draws a fresh 63-bit seed from the random generator of the input's
+    device, so ``torch.manual_seed`` makes a run reproducible. ``seed=int``: call c (counted in
+    training mode and kept in the state_dict) uses seed + c * 0x9E3779B97F4A7C15 (mod 2**64).
+
+    The seed state lives on the device, in a buffer that moves with ``.to()``, and the kernel
+    reads it there: under ``torch.compile`` nothing recompiles from call to call, and every replay
+    of a captured CUDA graph advances the call counter on the device, so each replay applies the
+    mask of its own call index. ``last_seed`` and ``calls`` read the state back (a host sync).
     """
 
     def __init__(self, p: float = 0.5, *, seed: int | None = None, backend: str = "auto"):
         super().__init__()
         self.p = spec.check_probability(p)
         self.seed = None if seed is None else spec.check_seed(seed)
-        self.calls = 0
-        self.last_seed = None
         self.backend = backend
+        # seed=int: the seed of the next call. seed=None: the seed of the last call, -1 before any
+        # (a drawn seed is never negative).
+        start = -1 if seed is None else _as_int64(self.seed)
+        self.register_buffer("_seed_state", torch.tensor(start, dtype=torch.int64), persistent=False)
 
-    def next_seed(self) -> int:
+    @property
+    def calls(self) -> int:
+        """Calls made in training mode with seed=int (the c of the next call); 0 with seed=None."""
         if self.seed is None:
-            return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
-        seed = (self.seed + self.calls * _CALL_INCREMENT) % (1 << 64)
-        self.calls += 1
-        return seed
+            return 0
+        return ((int(self._seed_state) - self.seed) * _CALL_INCREMENT_INVERSE) % (1 << 64)
+
+    @property
+    def last_seed(self) -> int | None:
+        """The seed of the latest training-mode call, which its backward also uses; None before any."""
+        if self.seed is None:
+            value = int(self._seed_state)
+            return None if value < 0 else value
+        calls = self.calls
+        return None if calls == 0 else (self.seed + (calls - 1) * _CALL_INCREMENT) % (1 << 64)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        self.last_seed = self.next_seed()
-        return F.seeded_dropout(x, self.p, seed=self.last_seed, backend=self.backend)
+        state = self._state_on(x.device)
+        if self.seed is None:
+            # Drawn on the device's generator: graph-safe (each replay draws anew) and traceable.
+            seed = torch.randint(0, 2**63 - 1, (), dtype=torch.int64, device=x.device)
+            state.copy_(seed)
+        else:
+            seed = state.clone()  # the backward's copy: the buffer changes on the next call
+            state.add_(_as_int64(_CALL_INCREMENT))
+        return F.seeded_dropout(x, self.p, seed=seed, backend=self.backend)
+
+    def _state_on(self, device: torch.device) -> torch.Tensor:
+        """The seed state, moved to ``device`` first if the module was never moved there."""
+        if self._seed_state.device != device:
+            if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+                raise RuntimeError(
+                    f"SeededDropout keeps its seed state on {self._seed_state.device} but the input is on {device}; "
+                    f"move the module with .to({str(device)!r}) before compiling or capturing a CUDA graph")
+            self._seed_state = self._seed_state.to(device)
+        return self._seed_state
 
     def get_extra_state(self):
         return {"p": self.p, "seed": self.seed, "calls": self.calls, "spec_version": spec.SPEC_VERSION}
 
     def set_extra_state(self, state):
+        if state.get("spec_version") != spec.SPEC_VERSION:
+            raise RuntimeError(f"this SeededDropout state was saved with spec version {state.get('spec_version')}, "
+                               f"but sjlt implements spec version {spec.SPEC_VERSION}; its masks would differ. "
+                               f"Re-create the module with the sjlt version that saved it, or start a new one")
         self.p = spec.check_probability(state["p"])
         self.seed = None if state["seed"] is None else spec.check_seed(state["seed"])
-        self.calls = int(state["calls"])
+        calls = int(state["calls"])
+        if self.seed is None:
+            self._seed_state.fill_(-1)
+        else:
+            self._seed_state.fill_(_as_int64((self.seed + calls * _CALL_INCREMENT) % (1 << 64)))
 
     def extra_repr(self) -> str:
-        return f"p={self.p}, seed={self.seed}, calls={self.calls}"
+        return f"p={self.p}, seed={self.seed}"
+
+
+def _as_int64(value: int) -> int:
+    """The int64 with the bits of ``value`` in [0, 2**64)."""
+    return value - (1 << 64) if value >= 1 << 63 else value

@@ -338,13 +338,15 @@ def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: in
 def dropout_keep_mask(shape, p: float, *, seed, device=None) -> torch.Tensor:
     """The keep mask of seeded dropout: bool tensor of ``shape``.
 
-    Element i (row-major index, or the column index within its row when ``seed`` is a tensor of
-    one seed per row) is kept iff word (i mod 4) of Philox(counter=(g mod 2**32, g div 2**32, 0,
-    DOMAIN_DROPOUT), key) is >= round(p * 2**32), with g = i div 4.
+    Element i (row-major index, or the column index within its row when ``seed`` is a 1-D tensor
+    of one seed per row) is kept iff word (i mod 4) of Philox(counter=(g mod 2**32, g div 2**32, 0,
+    DOMAIN_DROPOUT), key) is >= round(p * 2**32), with g = i div 4. ``seed`` is an int, a 0-d
+    int64 tensor (its bits read as uint64; the mask is then built on its device with no host
+    round trip), or the 1-D tensor of row seeds.
     """
     threshold = spec.dropout_threshold(p)
     shape = tuple(shape)
-    if isinstance(seed, torch.Tensor):
+    if isinstance(seed, torch.Tensor) and seed.dim() == 1:
         if len(shape) != 2 or seed.shape != (shape[0],):
             raise ValueError(f"a seed tensor needs a 2-D input with one seed per row; got seeds of "
                              f"shape {tuple(seed.shape)} for an input of shape {shape}")
@@ -353,7 +355,11 @@ def dropout_keep_mask(shape, p: float, *, seed, device=None) -> torch.Tensor:
         k0, k1 = seeds & _MASK32, (seeds >> 32) & _MASK32
         index = torch.arange(shape[1], dtype=torch.int64, device=device)[None, :]
     else:
-        k0, k1 = spec.philox_key(seed)
+        if isinstance(seed, torch.Tensor):
+            device = seed.device
+            k0, k1 = seed & _MASK32, (seed >> 32) & _MASK32
+        else:
+            k0, k1 = spec.philox_key(seed)
         numel = math.prod(shape)
         index = torch.arange(numel, dtype=torch.int64, device=device)
     group = index >> 2

@@ -78,6 +78,7 @@ def test_trivial_probabilities_and_eval(backend, kernel_device, rng):
     (lambda x: F.seeded_dropout(x, 0.5, seed=-3), ValueError, "seed"),
     (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(3, dtype=torch.int64)), ValueError, "one seed per row"),
     (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(4)), TypeError, "int64"),
+    (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(4, 1, dtype=torch.int64)), TypeError, "0-d"),
 ])
 def test_bad_arguments_get_clear_errors(call, error, match, rng):
     with pytest.raises(error, match=match):
@@ -113,9 +114,9 @@ def test_checkpoint_recomputation_reproduces_the_mask(rng):
 
 def test_opcheck_and_compile(rng):
     x = torch.randn(8, 12, generator=rng, requires_grad=True)
-    torch.library.opcheck(torch.ops.sjlt.seeded_dropout.default, (x, 0.25, 7, 3, None, "auto"))
-    torch.library.opcheck(torch.ops.sjlt.seeded_dropout.default,
-                          (x, 0.25, 0, 0, torch.arange(8, dtype=torch.int64), "auto"))
+    one_seed = torch.tensor(7 | (3 << 32), dtype=torch.int64)
+    torch.library.opcheck(torch.ops.sjlt.seeded_dropout.default, (x, 0.25, one_seed, "auto"))
+    torch.library.opcheck(torch.ops.sjlt.seeded_dropout.default, (x, 0.25, torch.arange(8, dtype=torch.int64), "auto"))
     fn = torch.compile(lambda t: F.seeded_dropout(t, 0.25, seed=11) * 3, fullgraph=True)
     assert torch.equal(fn(x), F.seeded_dropout(x, 0.25, seed=11) * 3)
 

@@ -68,8 +68,7 @@ def _variants():
         for per_row, contiguous in [(False, True), (False, False), (True, False)]:
             yield ("seeded_dropout_kernel",
                    {"x_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "seeds_ptr": "*i64", "scale_ptr": f"*{compute}",
-                    "n_rows": I32, "n_cols": I64, "stride_xr": I64, "stride_xc": I32, "key0": I64, "key1": I32,
-                    "threshold": I64},
+                    "n_rows": I32, "n_cols": I64, "stride_xr": I64, "stride_xc": I32, "threshold": I64},
                    {"DOMAIN": spec.DOMAIN_DROPOUT, "PER_ROW_SEED": per_row, "CONTIGUOUS": contiguous, "BLOCK": 1024})
 
 

@@ -166,13 +166,6 @@ def test_module_state_dict_and_repr_reproduce_the_projection(rng):
         module(torch.randn(3, 49))
 
 
-def test_autocast_keeps_the_input_dtype(rng):
-    x = torch.randn(4, 30, generator=rng)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert F.sparse_jl(x, 8, seed=1).dtype == torch.float32
-        assert F.sparse_jl(x.bfloat16(), 8, seed=1).dtype == torch.bfloat16
-
-
 def test_reference_forward_matches_the_dense_float64_matrix(rng):
     """The reference against S materialised densely in float64, with nnz below the default."""
     x = torch.randn(6, 33, generator=rng, dtype=torch.float64)

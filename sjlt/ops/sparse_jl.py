@@ -13,6 +13,7 @@ import torch
 
 from .. import _buffers, reference, spec
 from .._backend import dot_dtype, multiprocessor_count, triton_interpreting, use_triton
+from ._library import LIBRARY, define, register_autocast_like_linear
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -41,16 +42,24 @@ def _dot_config(dtype):
     return False, dot_dtype(tl.float16 if dtype == torch.float16 else tl.bfloat16)
 
 
-def default_splits(n: int, d: int, k: int, device: torch.device) -> int:
-    """Column splits of the forward: enough programs to fill the GPU when n*k alone cannot."""
-    if device.type != "cuda":
+#: Below this many input bytes a call is bound by its host-side launch, not by the GPU: splitting
+#: d to fill the SMs would only add the launches that sum the partials (benchmarks/RESULTS.md,
+#: per-call cost).
+_SPLIT_MIN_BYTES = 1 << 22
+
+
+def splits_to_fill(programs: int, max_splits: int, per_sm: int, device: torch.device,
+                   summed_bytes: int | None = None) -> int:
+    """Splits of the work over d that bring ``programs`` up to ``per_sm`` programs per SM, at most
+    ``max_splits``. ``summed_bytes``: the input size, when the splits produce partials that a
+    second launch sums (the forward); below _SPLIT_MIN_BYTES that launch costs more than it saves."""
+    if device.type != "cuda" or (summed_bytes is not None and summed_bytes < _SPLIT_MIN_BYTES):
         return 1
-    block_m, block_n, block_d = _block_sizes(n)
-    programs = math.ceil(n / block_m) * math.ceil(k / block_n)
-    target = 4 * multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    target = per_sm * multiprocessor_count(index)
     if programs >= target:
         return 1
-    return max(1, min(math.ceil(target / programs), math.ceil(d / (8 * block_d))))
+    return max(1, min(math.ceil(target / programs), max_splits))
 
 
 def _forward_output(n: int, k: int, splits: int, x: torch.Tensor):
@@ -85,8 +94,9 @@ def classic_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nn
     table = hash_table(d, out_features, key0, key1, nnz, column_offset, x.device)
     k = out_features
     block_m, block_n, block_d = blocks or _block_sizes(n)
-    if splits is None:
-        splits = default_splits(n, d, k, x.device)
+    if splits is None:  # 4 programs per SM
+        splits = splits_to_fill(math.ceil(n / block_m) * math.ceil(k / block_n), math.ceil(d / (8 * block_d)), 4, x.device,
+                                x.numel() * x.element_size())
     cols_per_split = math.ceil(math.ceil(d / splits) / block_d) * block_d
     splits = math.ceil(d / cols_per_split)
     split_fp32, dot_type = _dot_config(x.dtype)
@@ -226,25 +236,19 @@ def _windowed_num_warps(block_m: int) -> int:
     return 4 if block_m >= 64 else 2
 
 
-def _windowed_splits(tiles: int, groups: int, device: torch.device) -> int:
-    """Group splits: enough programs to fill the GPU when the row tiles alone cannot, each split
-    keeping at least 16 groups of work. 8 programs per SM: the n = 32, d = 2**24 sweep ran 1.4x
-    faster with 32 splits than with 16."""
-    if device.type != "cuda":
-        return 1
-    target = 8 * multiprocessor_count(device.index if device.index is not None else torch.cuda.current_device())
-    if tiles >= target:
-        return 1
-    return max(1, min(math.ceil(target / tiles), groups // 16))
-
-
-def _windowed_grid(n: int, nnz: int, tables: WindowTables, device, splits=None, block_m=None):
-    """(BLOCK_M, WIDTH, row tiles * A, splits, groups per split)."""
+def _windowed_grid(x: torch.Tensor, nnz: int, tables: WindowTables, splits=None, block_m=None,
+                   summed: bool = True):
+    """(BLOCK_M, WIDTH, row tiles * A, splits, groups per split) for the (n, .) input ``x``;
+    ``summed``: whether splits produce partials to be summed (the forward)."""
+    n = x.shape[0]
     width = _windowed_width(nnz)
     block_m = block_m or _windowed_block_m(n, width)
     tiles = math.ceil(n / block_m) * tables.windows
     if splits is None:
-        splits = _windowed_splits(tiles, tables.groups, device)
+        # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
+        # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
+        splits = splits_to_fill(tiles, tables.groups // 16, 8, x.device,
+                                x.numel() * x.element_size() if summed else None)
     per_split = math.ceil(tables.groups / splits)
     return block_m, width, tiles, math.ceil(tables.groups / per_split), per_split
 
@@ -256,7 +260,7 @@ def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, b
     n, d = x.shape
     tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
     block_m, width, tiles, splits, per_split = _windowed_grid(
-        n, nnz, tables, x.device, splits, blocks[0] if blocks else None)
+        x, nnz, tables, splits, blocks[0] if blocks else None)
     out, stride_split = _forward_output(n, out_features, splits, x)
     split_fp32, dot_type = _dot_config(x.dtype)
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
@@ -276,7 +280,7 @@ def _windowed_transpose(y, in_features, key0, key1, nnz, column_offset):
 
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
-    block_m, width, tiles, splits, per_split = _windowed_grid(n, nnz, tables, y.device)
+    block_m, width, tiles, splits, per_split = _windowed_grid(y, nnz, tables, summed=False)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
     split_fp32, dot_type = _dot_config(y.dtype)
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
@@ -293,28 +297,21 @@ def _seed(key0: int, key1: int) -> int:
     return key0 | (key1 << 32)
 
 
-@torch.library.custom_op("sjlt::sparse_jl", mutates_args=())
-def sparse_jl_op(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
-                 column_offset: int, backend: str) -> torch.Tensor:
+def _forward_kernel(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
+                    column_offset: int, backend: str) -> torch.Tensor:
     if x.shape[0] == 0 or x.shape[1] == 0:
         return torch.zeros(x.shape[0], out_features, dtype=x.dtype, device=x.device)
     if use_triton(backend, x, supports_dtype=x.dtype in _KERNEL_DTYPES):
         return triton_forward(x, out_features, key0, key1, nnz, column_offset)
-    # The op's contract (checked by opcheck against the fake) is a contiguous output, and autocast
-    # must not recast the reference's float32 accumulation from inside.
+    # The op's contract (checked by opcheck against the fake) is a contiguous output, and the
+    # reference accumulates in float32 on purpose: an enclosing autocast must not recast it.
     with torch.autocast(x.device.type, enabled=False):
         return reference.sparse_jl_forward(x, out_features, seed=_seed(key0, key1), nnz=nnz,
                                            column_offset=column_offset).contiguous()
 
 
-@sparse_jl_op.register_fake
-def _(x, out_features, key0, key1, nnz, column_offset, backend):
-    return x.new_empty(x.shape[0], out_features)
-
-
-@torch.library.custom_op("sjlt::sparse_jl_transpose", mutates_args=())
-def sparse_jl_transpose_op(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
-                           column_offset: int, backend: str) -> torch.Tensor:
+def _transpose_kernel(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
+                      column_offset: int, backend: str) -> torch.Tensor:
     if y.shape[0] == 0 or in_features == 0:
         return torch.zeros(y.shape[0], in_features, dtype=y.dtype, device=y.device)
     if use_triton(backend, y, supports_dtype=y.dtype in _KERNEL_DTYPES):
@@ -324,9 +321,12 @@ def sparse_jl_transpose_op(y: torch.Tensor, in_features: int, key0: int, key1: i
                                              column_offset=column_offset).contiguous()
 
 
-@sparse_jl_transpose_op.register_fake
-def _(y, in_features, key0, key1, nnz, column_offset, backend):
-    return y.new_empty(y.shape[0], in_features)
+_SCHEMA = "(Tensor {0}, SymInt {1}, int key0, int key1, int nnz, int column_offset, str backend) -> Tensor"
+
+sparse_jl_op = define("sparse_jl", _SCHEMA.format("x", "out_features"), _forward_kernel,
+                      lambda x, out_features, *rest: x.new_empty(x.shape[0], out_features))
+sparse_jl_transpose_op = define("sparse_jl_transpose", _SCHEMA.format("y", "in_features"), _transpose_kernel,
+                                lambda y, in_features, *rest: y.new_empty(y.shape[0], in_features))
 
 
 def _setup_context(ctx, inputs, output):
@@ -336,12 +336,16 @@ def _setup_context(ctx, inputs, output):
 
 
 def _forward_backward(ctx, grad):
-    return (torch.ops.sjlt.sparse_jl_transpose(grad, ctx.features, *ctx.args),) + (None,) * 6
+    return (sparse_jl_transpose_op(grad, ctx.features, *ctx.args),) + (None,) * 6
 
 
 def _transpose_backward(ctx, grad):
-    return (torch.ops.sjlt.sparse_jl(grad, ctx.features, *ctx.args),) + (None,) * 6
+    return (sparse_jl_op(grad, ctx.features, *ctx.args),) + (None,) * 6
 
 
-sparse_jl_op.register_autograd(_forward_backward, setup_context=_setup_context)
-sparse_jl_transpose_op.register_autograd(_transpose_backward, setup_context=_setup_context)
+torch.library.register_autograd("sjlt::sparse_jl", _forward_backward, setup_context=_setup_context, lib=LIBRARY)
+torch.library.register_autograd("sjlt::sparse_jl_transpose", _transpose_backward, setup_context=_setup_context,
+                                lib=LIBRARY)
+# Like F.linear: under torch.autocast both run in the autocast dtype (float64 excepted).
+register_autocast_like_linear(sparse_jl_op)
+register_autocast_like_linear(sparse_jl_transpose_op)

@@ -1,0 +1,211 @@
+"""sjlt inside torch's machinery: torch.compile without recompiles, CUDA-graph replays with fresh
+masks, autocast like F.linear, seed state in state_dicts.
+
+On CPU machines (CI) compile runs with the ``aot_eager`` backend and the kernels under the
+interpreter; on a GPU machine the same tests use inductor and CUDA, and the CUDA-graph tests run.
+"""
+import io
+
+import pytest
+import torch
+import torch._dynamo
+
+import sjlt
+from sjlt import functional as F
+from sjlt import reference, spec
+
+HAS_CUDA = torch.cuda.is_available()
+COMPILE_BACKEND = "inductor" if HAS_CUDA else "aot_eager"
+INCREMENT = 0x9E3779B97F4A7C15
+
+
+def call_seed(seed: int, call: int) -> int:
+    """The spec'd seed of call ``call`` of SeededDropout(seed=seed)."""
+    return (seed + call * INCREMENT) % (1 << 64)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, seed):
+        super().__init__()
+        self.inner = torch.nn.Linear(24, 48)
+        self.drop = sjlt.SeededDropout(0.5, seed=seed)
+        self.project = sjlt.SparseJL(48, 16, seed=3)
+        self.out = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.out(self.project(self.drop(torch.relu(self.inner(x)))))
+
+
+def train(model, step_fn, steps, data):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    losses = []
+    for x in data[:steps]:
+        opt.zero_grad()
+        loss = step_fn(x).square().mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return torch.stack(losses)
+
+
+@pytest.mark.parametrize("seed", [11, None, 2**64 - 5], ids=["seeded", "drawn", "seed-near-2**64"])
+def test_twenty_compiled_training_steps_compile_once(seed, kernel_device):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    data = [torch.randn(8, 24, device=kernel_device) for _ in range(20)]
+    model = MLP(seed).to(kernel_device)
+    twin = MLP(seed).to(kernel_device)
+    twin.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, fullgraph=True, backend=COMPILE_BACKEND)
+    frames_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        torch.manual_seed(1)
+        compiled_losses = train(model, compiled, 20, data)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames_before == 1
+    torch.manual_seed(1)
+    eager_losses = train(twin, twin, 20, data)
+    if seed is not None:
+        assert model.drop.calls == twin.drop.calls == 20
+        assert model.drop.last_seed == call_seed(seed, 19)
+    if COMPILE_BACKEND == "aot_eager" or seed is not None:
+        # aot_eager draws with eager's generator calls; inductor's own RNG draws other (but equally
+        # reproducible) seeds, so only seeded masks can be compared across the two there.
+        torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-4, atol=1e-5)
+
+
+def test_manual_seed_makes_compiled_runs_reproducible(kernel_device):
+    data = [torch.randn(8, 24, device=kernel_device) for _ in range(5)]
+    runs = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = MLP(None).to(kernel_device)
+        runs.append(train(model, torch.compile(model, fullgraph=True, backend=COMPILE_BACKEND), 5, data))
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_each_call_of_a_seeded_module_applies_the_mask_of_its_call_index(kernel_device, rng):
+    x = torch.randn(6, 40, generator=rng).to(kernel_device)
+    layer = sjlt.SeededDropout(0.3, seed=2**64 - 1).to(kernel_device)  # the counter wraps mod 2**64
+    for call in range(3):
+        keep = reference.dropout_keep_mask(x.shape, 0.3, seed=call_seed(2**64 - 1, call)).to(kernel_device)
+        assert torch.equal(layer(x) != 0, keep & (x != 0)), f"call {call}"
+    assert layer.calls == 3
+
+
+def test_seed_tensor_gives_the_int_seeds_mask(kernel_device, rng):
+    x = torch.randn(5, 33, generator=rng).to(kernel_device)
+    for seed in (0, 12345, 2**63 + 17, 2**64 - 1):
+        bits = torch.tensor(seed - 2**64 if seed >= 2**63 else seed, dtype=torch.int64, device=kernel_device)
+        assert torch.equal(F.seeded_dropout(x, 0.4, seed=bits), F.seeded_dropout(x, 0.4, seed=seed)), seed
+
+
+def test_state_dict_round_trip_and_version_check():
+    layer = sjlt.SeededDropout(0.2, seed=5)
+    x = torch.randn(4, 8)
+    layer(x), layer(x)
+    state = io.BytesIO()
+    torch.save(layer.state_dict(), state)
+    state.seek(0)
+    saved = torch.load(state)
+    restored = sjlt.SeededDropout(0.2, seed=5)
+    restored.load_state_dict(saved)
+    assert restored.calls == 2 and torch.equal(restored(x), layer(x))
+    saved["_extra_state"]["spec_version"] = 999
+    with pytest.raises(RuntimeError, match="spec version 999"):
+        sjlt.SeededDropout(0.2, seed=5).load_state_dict(saved)
+
+
+def test_module_moves_its_seed_state_to_the_input_device_in_eager_mode(rng):
+    layer = sjlt.SeededDropout(0.5, seed=9)
+    x = torch.randn(3, 16, generator=rng)
+    assert torch.equal(layer(x) != 0, reference.dropout_keep_mask(x.shape, 0.5, seed=9) & (x != 0))
+    assert layer.last_seed == 9 and sjlt.SeededDropout(0.5).last_seed is None
+
+
+@pytest.mark.parametrize("op", ["forward", "transpose"])
+@pytest.mark.parametrize("autocast_dtype", [torch.bfloat16, torch.float16])
+def test_autocast_runs_in_the_autocast_dtype_like_linear(op, autocast_dtype, kernel_device, rng):
+    x = torch.randn(9, 64, generator=rng).to(kernel_device).requires_grad_()
+    fn = (lambda t: F.sparse_jl(t, 32, seed=4)) if op == "forward" else (lambda t: F.sparse_jl_transpose(t, 80, seed=4))
+    with torch.autocast(kernel_device, dtype=autocast_dtype):
+        got = fn(x)
+        assert got.dtype == torch.nn.functional.linear(x, torch.ones(3, 64, device=kernel_device)).dtype
+        assert fn(x.double()).dtype == torch.float64  # like F.linear, autocast leaves float64 alone
+    assert got.dtype == autocast_dtype
+    assert torch.equal(got, fn(x.detach().to(autocast_dtype)))
+    got.float().sum().backward()
+    assert x.grad.dtype == torch.float32
+    assert fn(x).dtype == torch.float32  # outside autocast the input's dtype rules
+
+
+def test_autocast_under_compile(kernel_device, rng):
+    torch._dynamo.reset()
+    x = torch.randn(9, 64, generator=rng).to(kernel_device)
+
+    def fn(t):
+        with torch.autocast(kernel_device, dtype=torch.bfloat16):
+            return F.sparse_jl(t, 32, seed=4)
+
+    compiled = torch.compile(fn, fullgraph=True, backend=COMPILE_BACKEND)
+    got = compiled(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), fn(x).float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("seed", [21, None], ids=["seeded", "drawn"])
+def test_cuda_graph_replays_apply_a_fresh_mask_each(seed):
+    layer = sjlt.SeededDropout(0.5, seed=seed).cuda()
+    static_in = torch.randn(32, 256, device="cuda").abs() + 0.1  # no zeros: the output shows the mask
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up calls 0 and 1
+            layer(static_in)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = layer(static_in)
+    masks = []
+    for replay in range(4):
+        graph.replay()
+        torch.cuda.synchronize()
+        keep = static_out != 0
+        want_seed = call_seed(seed, 2 + replay) if seed is not None else layer.last_seed
+        want = reference.dropout_keep_mask(static_in.shape, 0.5, seed=want_seed).cuda()
+        assert torch.equal(keep, want), f"replay {replay}"
+        masks.append(keep)
+    assert all(not torch.equal(masks[i], masks[j]) for i in range(4) for j in range(i))
+    if seed is not None:
+        assert layer.calls == 6
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
+def test_cuda_graph_of_a_training_step_with_backward():
+    torch.manual_seed(0)
+    model = MLP(7).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: every replay sees the same weights
+    static_x = torch.randn(8, 24, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            model(static_x).square().mean().backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = model(static_x).square().mean()
+        static_loss.backward()
+    losses = []
+    for _ in range(3):
+        graph.replay()
+        losses.append(float(static_loss))
+    twin = MLP(7).cuda()
+    twin.load_state_dict(model.state_dict())
+    twin.drop.load_state_dict({"_extra_state": {"p": 0.5, "seed": 7, "calls": 3, "spec_version": spec.SPEC_VERSION}})
+    want = [float(twin(static_x).square().mean()) for _ in range(3)]
+    assert losses == pytest.approx(want, rel=1e-5) and len(set(losses)) == 3
