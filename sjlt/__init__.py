@@ -19,6 +19,7 @@ _LAZY = {
     "functional": "sjlt.functional",
     "nn": "sjlt.nn",
     "reference": "sjlt.reference",
+    "backends": "sjlt.backends",
     "sparse_jl": "sjlt.functional",
     "sparse_jl_transpose": "sjlt.functional",
     "sparse_jl_matrix": "sjlt.functional",

@@ -8,6 +8,7 @@ import torch
 from . import reference, spec
 from ._backend import check_backend
 from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
+from .ops import dense
 from .ops import sparse_jl as _sparse_jl_ops
 
 __all__ = ["sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
@@ -37,19 +38,25 @@ def _check_offset(column_offset) -> int:
     return int(column_offset)
 
 
-def _projection(op, tensor, features, seed, nnz, column_offset, backend, k_for_nnz):
+def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backend, k_for_nnz):
     key0, key1 = spec.philox_key(seed)
     nnz = spec.resolve_nnz(nnz, k_for_nnz)
     column_offset = _check_offset(column_offset)
     check_backend(backend)
     if tensor.is_complex():
-        real = _projection(op, tensor.real, features, seed, nnz, column_offset, backend, k_for_nnz)
-        imag = _projection(op, tensor.imag, features, seed, nnz, column_offset, backend, k_for_nnz)
+        real = _projection(op, dense_fn, tensor.real, features, seed, nnz, column_offset, backend, k_for_nnz)
+        imag = _projection(op, dense_fn, tensor.imag, features, seed, nnz, column_offset, backend, k_for_nnz)
         return torch.complex(real, imag)
     lead = tensor.shape[:-1]
-    flat = tensor.reshape(lead.numel(), tensor.shape[-1])  # -1 is ambiguous when d == 0
-    out = op(flat, features, key0, key1, nnz, column_offset, backend)
-    return out.reshape(*lead, features)
+    flat = tensor if tensor.dim() == 2 else tensor.reshape(lead.numel(), tensor.shape[-1])  # not -1: d may be 0
+    if (backend != "torch" and dense.chosen(flat, flat.shape[1], features) and not torch.compiler.is_compiling()
+            and not torch.is_autocast_enabled(flat.device.type)):
+        # The op would choose the same dense algorithm (a plain torch op with torch's autograd);
+        # calling it here skips the op's dispatch, which costs more than the matmul at this size.
+        out = dense_fn(flat, features, key0, key1, nnz, column_offset)
+    else:
+        out = op(flat, features, key0, key1, nnz, column_offset, backend)
+    return out if tensor.dim() == 2 else out.reshape(*lead, features)
 
 
 def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None = None,
@@ -67,7 +74,7 @@ def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None 
     """
     _check_input(x, "x", complex_ok=True)
     k = spec.check_dimension(out_features, "out_features")
-    return _projection(torch.ops.sjlt.sparse_jl, x, k, seed, nnz, column_offset, backend, k)
+    return _projection(_sparse_jl_ops.sparse_jl_op, dense.forward, x, k, seed, nnz, column_offset, backend, k)
 
 
 def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: int | None = None,
@@ -78,7 +85,8 @@ def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: in
     k = y.shape[-1]
     if k < 1:
         raise ValueError("y must have at least one output feature in its last dimension")
-    return _projection(torch.ops.sjlt.sparse_jl_transpose, y, d, seed, nnz, column_offset, backend, k)
+    return _projection(_sparse_jl_ops.sparse_jl_transpose_op, dense.transpose, y, d, seed, nnz, column_offset,
+                       backend, k)
 
 
 def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int | None = None,

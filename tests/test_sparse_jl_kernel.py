@@ -99,3 +99,40 @@ def test_float32_is_not_rounded_through_tf32(kernel_device, k):
     want = reference.sparse_jl_forward(x.double(), k, seed=1, nnz=1)
     got = ops.triton_forward(x.to(kernel_device), k, *_key(1), 1, 0)
     assert _relative_error(got, want) <= 1e-6
+
+
+@pytest.mark.parametrize("k, nnz", [(256, 8), (64, 4), (40, 3)], ids=["windowed", "windowed-A1", "classic"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng):
+    """The dense algorithm of launch-bound inputs (sjlt.ops.dense) builds S from the kernels' tables."""
+    from sjlt.ops import dense
+
+    d, offset = 300, 2**33 + 5
+    x = torch.randn(7, d, generator=rng, dtype=torch.float64)
+    key0, key1 = spec.philox_key(99)
+    got = dense.forward(x.to(dtype).to(kernel_device), k, key0, key1, nnz, offset)
+    want = reference.sparse_jl_forward(x.to(dtype).double(), k, seed=99, nnz=nnz, column_offset=offset)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.double().cpu(), want, rtol=tol, atol=tol * float(want.abs().max()))
+    y = torch.randn(7, k, generator=rng, dtype=torch.float64)
+    got_t = dense.transpose(y.to(dtype).to(kernel_device), d, key0, key1, nnz, offset)
+    want_t = reference.sparse_jl_transpose(y.to(dtype).double(), d, seed=99, nnz=nnz, column_offset=offset)
+    torch.testing.assert_close(got_t.double().cpu(), want_t, rtol=tol, atol=tol * float(want_t.abs().max()))
+    signs = dense.sign_matrix(d, k, key0, key1, nnz, offset, dtype, torch.device(kernel_device))
+    assert set(signs.unique().tolist()) <= {-1.0, 0.0, 1.0} and int((signs != 0).sum()) == nnz * d
+    dense.clear_cache()
+
+
+def test_dense_algorithm_is_chosen_only_for_small_cuda_inputs_within_budget(monkeypatch):
+    from sjlt import backends
+    from sjlt.ops import dense
+
+    small = torch.empty(64, 1024, device="meta")
+    assert not dense.chosen(small, 1024, 256)  # not CUDA
+    if torch.cuda.is_available():
+        small = torch.randn(64, 1024, device="cuda")
+        assert dense.chosen(small, 1024, 256)
+        assert not dense.chosen(torch.randn(4096, 1024, device="cuda"), 1024, 256)  # not launch-bound
+        assert not dense.chosen(small, 1024, 8192)  # S larger than the per-matrix limit
+        monkeypatch.setattr(backends, "dense_cache_bytes", 0)
+        assert not dense.chosen(small, 1024, 256)  # turned off

@@ -13,6 +13,7 @@ import torch
 
 from .. import _buffers, reference, spec
 from .._backend import dot_dtype, multiprocessor_count, triton_interpreting, use_triton
+from . import dense
 from ._library import LIBRARY, define, register_autocast_like_linear
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -302,6 +303,8 @@ def _forward_kernel(x: torch.Tensor, out_features: int, key0: int, key1: int, nn
     if x.shape[0] == 0 or x.shape[1] == 0:
         return torch.zeros(x.shape[0], out_features, dtype=x.dtype, device=x.device)
     if use_triton(backend, x, supports_dtype=x.dtype in _KERNEL_DTYPES):
+        if dense.chosen(x, x.shape[1], out_features):
+            return dense.forward(x, out_features, key0, key1, nnz, column_offset)
         return triton_forward(x, out_features, key0, key1, nnz, column_offset)
     # The op's contract (checked by opcheck against the fake) is a contiguous output, and the
     # reference accumulates in float32 on purpose: an enclosing autocast must not recast it.
@@ -315,6 +318,8 @@ def _transpose_kernel(y: torch.Tensor, in_features: int, key0: int, key1: int, n
     if y.shape[0] == 0 or in_features == 0:
         return torch.zeros(y.shape[0], in_features, dtype=y.dtype, device=y.device)
     if use_triton(backend, y, supports_dtype=y.dtype in _KERNEL_DTYPES):
+        if dense.chosen(y, in_features, y.shape[1]):
+            return dense.transpose(y, in_features, key0, key1, nnz, column_offset)
         return triton_transpose(y, in_features, key0, key1, nnz, column_offset)
     with torch.autocast(y.device.type, enabled=False):
         return reference.sparse_jl_transpose(y, in_features, seed=_seed(key0, key1), nnz=nnz,

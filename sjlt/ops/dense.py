@@ -1,0 +1,94 @@
+"""The dense algorithm for launch-bound inputs: the signs of S materialised once and multiplied by
+cuBLAS.
+
+A projection of a few rows costs one kernel launch, and from Python a Triton launch plus sjlt's
+op dispatch cost several times a cuBLAS call (benchmarks/RESULTS.md, per-call cost). For such
+inputs S is materialised from the kernels' own tables as a dense (k, d) matrix of exact +-1 and
+multiplied with ``torch.addmm(..., alpha=1/sqrt(nnz))``: the scale is applied once to the float32
+accumulator, as the kernel does, so no entry of S is rounded. It is a plain torch op, with
+torch's own autograd. The result matches the kernel's to float tolerance, not bit for bit; the
+choice depends only on (shape, dtype, device), so a given call is reproducible run to run.
+
+Matrices are cached within ``sjlt.backends.dense_cache_bytes``, least recently used first out,
+keyed by everything that defines S; none is cached while a CUDA graph is being captured.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import torch
+
+from .. import backends
+
+#: Inputs below this size are launch-bound on an H100: the GPU time of either algorithm is a few µs.
+LAUNCH_BOUND_BYTES = 1 << 21
+#: The matmul reads all of S while the kernel reads only x: beyond this size S costs more to read
+#: (and to build once) than the launch it saves.
+MATRIX_MAX_BYTES = 1 << 22
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+_CACHE: "OrderedDict[tuple, torch.Tensor]" = OrderedDict()
+_cached_bytes = 0
+
+
+def chosen(x: torch.Tensor, in_features: int, out_features: int) -> bool:
+    """Whether the (n, .) input ``x`` of a projection between in_features and out_features runs
+    the dense algorithm: a CUDA input of a kernel dtype, launch-bound, whose S is small and fits
+    the cache budget."""
+    return (x.device.type == "cuda" and x.dtype in _DTYPES
+            and x.numel() * x.element_size() < LAUNCH_BOUND_BYTES
+            and in_features * out_features * x.element_size() <= min(MATRIX_MAX_BYTES, backends.dense_cache_bytes))
+
+
+def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:
+    signs = sign_matrix(x.shape[1], out_features, key0, key1, nnz, column_offset, x.dtype, x.device)
+    return torch.addmm(_zero(x), x, signs.t(), beta=0, alpha=1.0 / math.sqrt(nnz))
+
+
+def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:
+    signs = sign_matrix(in_features, y.shape[1], key0, key1, nnz, column_offset, y.dtype, y.device)
+    return torch.addmm(_zero(y), y, signs, beta=0, alpha=1.0 / math.sqrt(nnz))
+
+
+def _zero(like: torch.Tensor) -> torch.Tensor:
+    # addmm's input, ignored under beta=0 (NaNs included); a 0-d tensor broadcasts for free.
+    return like.new_zeros(())
+
+
+def sign_matrix(in_features: int, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
+                dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The (out_features, in_features) matrix sqrt(nnz) * S: entries 0 and +-1, exact in any dtype."""
+    global _cached_bytes
+    key = (in_features, out_features, key0, key1, nnz, column_offset, dtype, device)
+    signs = _CACHE.get(key)
+    if signs is not None:
+        _CACHE.move_to_end(key)
+        return signs
+    from .sparse_jl import triton_hash  # the kernels' own tables: the dense S is the kernels' S
+
+    rows, negative = triton_hash(in_features, out_features, key0, key1, nnz, column_offset, device)
+    signs = torch.zeros(out_features, in_features, dtype=dtype, device=device)
+    cols = torch.arange(in_features, device=device).expand_as(rows)
+    values = 1.0 - 2.0 * negative.to(dtype)
+    signs.index_put_((rows, cols), values)  # a column's nnz rows are distinct: no duplicates
+    size = signs.numel() * signs.element_size()
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if not capturing and size <= backends.dense_cache_bytes:
+        while _CACHE and _cached_bytes + size > backends.dense_cache_bytes:
+            _cached_bytes -= _evict()
+        _CACHE[key] = signs
+        _cached_bytes += size
+    return signs
+
+
+def _evict() -> int:
+    _, oldest = _CACHE.popitem(last=False)
+    return oldest.numel() * oldest.element_size()
+
+
+def clear_cache() -> None:
+    """Drops every cached matrix (tests; or to return the memory)."""
+    global _cached_bytes
+    _CACHE.clear()
+    _cached_bytes = 0
