@@ -1,6 +1,7 @@
 """The public functional API: validation, shapes and dtypes around the registered ops."""
 from __future__ import annotations
 
+import functools
 import numbers
 
 import torch
@@ -38,11 +39,25 @@ def _check_offset(column_offset) -> int:
     return int(column_offset)
 
 
-def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backend, k_for_nnz):
+def _settings(seed, nnz, k_for_nnz, column_offset, backend):
+    """The validated (key0, key1, nnz, column_offset) of a projection's arguments."""
     key0, key1 = spec.philox_key(seed)
     nnz = spec.resolve_nnz(nnz, k_for_nnz)
     column_offset = _check_offset(column_offset)
     check_backend(backend)
+    return key0, key1, nnz, column_offset
+
+
+# Validation costs several µs per call, as much as a small projection's GPU time: the same
+# arguments are validated once (typed: True is not taken for 1).
+_cached_settings = functools.lru_cache(maxsize=1024, typed=True)(_settings)
+
+
+def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backend, k_for_nnz):
+    try:
+        key0, key1, nnz, column_offset = _cached_settings(seed, nnz, k_for_nnz, column_offset, backend)
+    except TypeError:  # an unhashable argument: validate it uncached, for the message
+        key0, key1, nnz, column_offset = _settings(seed, nnz, k_for_nnz, column_offset, backend)
     if tensor.is_complex():
         real = _projection(op, dense_fn, tensor.real, features, seed, nnz, column_offset, backend, k_for_nnz)
         imag = _projection(op, dense_fn, tensor.imag, features, seed, nnz, column_offset, backend, k_for_nnz)

@@ -104,8 +104,10 @@ class SeededDropout(torch.nn.Module):
             seed = torch.randint(0, 2**63 - 1, (), dtype=torch.int64, device=x.device)
             state.copy_(seed)
         else:
-            seed = state.clone()  # the backward's copy: the buffer changes on the next call
+            # Advance first, then derive this call's seed as a fresh tensor: a clone taken before the
+            # in-place add could be elided by a compiler into an alias of the advanced buffer.
             state.add_(_as_int64(_CALL_INCREMENT))
+            seed = state - _as_int64(_CALL_INCREMENT)
         return F.seeded_dropout(x, self.p, seed=seed, backend=self.backend)
 
     def _state_on(self, device: torch.device) -> torch.Tensor:

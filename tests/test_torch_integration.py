@@ -73,6 +73,16 @@ def test_twenty_compiled_training_steps_compile_once(seed, kernel_device):
         torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-4, atol=1e-5)
 
 
+def test_a_compiled_seeded_module_applies_the_mask_of_each_call_index(kernel_device, rng):
+    torch._dynamo.reset()
+    layer = sjlt.SeededDropout(0.5, seed=40).to(kernel_device)
+    compiled = torch.compile(lambda t: layer(t) * 1, fullgraph=True, backend=COMPILE_BACKEND)
+    x = torch.randn(6, 64, generator=rng).abs().add(0.1).to(kernel_device)
+    for call in range(4):
+        keep = reference.dropout_keep_mask(x.shape, 0.5, seed=call_seed(40, call)).to(kernel_device)
+        assert torch.equal(compiled(x) != 0, keep), f"call {call}"
+
+
 def test_manual_seed_makes_compiled_runs_reproducible(kernel_device):
     data = [torch.randn(8, 24, device=kernel_device) for _ in range(5)]
     runs = []

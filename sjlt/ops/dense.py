@@ -51,9 +51,19 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
     return torch.addmm(_zero(y), y, signs, beta=0, alpha=1.0 / math.sqrt(nnz))
 
 
+_ZEROS: dict = {}
+
+
 def _zero(like: torch.Tensor) -> torch.Tensor:
-    # addmm's input, ignored under beta=0 (NaNs included); a 0-d tensor broadcasts for free.
-    return like.new_zeros(())
+    """addmm's input, ignored under beta=0 (NaNs included): a cached 0-d zero, which broadcasts
+    for free and, made once, costs no fill launch per call. addmm never writes to it."""
+    key = (like.dtype, like.device)
+    zero = _ZEROS.get(key)
+    if zero is None:
+        zero = like.new_zeros(())
+        if not (like.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            _ZEROS[key] = zero
+    return zero
 
 
 def sign_matrix(in_features: int, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
