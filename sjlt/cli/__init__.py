@@ -139,12 +139,28 @@ def _commands():
 
 
 def main(argv=None) -> int:
-    """Runs the command line on ``argv`` (default: sys.argv[1:]) and returns the exit status."""
+    """Runs the command line on ``argv`` (default: sys.argv[1:]) and returns the exit status.
+
+    The signal handlers come first, before parsing and before any heavy import (torch takes
+    about a second), so Ctrl-C or SIGTERM at any moment exits 130/143 with one line.
+    """
+    try:
+        with interrupts_as_exceptions():
+            return _run(argv)
+    except Interrupted as interrupt:
+        print(f"sjlt: stopped by {interrupt.name}; no partial output was left", file=sys.stderr)
+        return 128 + interrupt.signum
+    except KeyboardInterrupt:  # a SIGINT handler installed by someone else (in-process callers)
+        print("sjlt: interrupted; no partial output was left", file=sys.stderr)
+        return 130
+
+
+def _run(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_combinations(parser, args)
     try:
-        with interrupts_as_exceptions(), warnings.catch_warnings():
+        with warnings.catch_warnings():
             for notice in _TORCH_SPARSE_NOTICES:
                 warnings.filterwarnings("ignore", message=notice)
             return _commands()[args.command](args)
@@ -153,12 +169,6 @@ def main(argv=None) -> int:
             traceback.print_exc()
         print(f"sjlt: error: {error}", file=sys.stderr)
         return 1
-    except Interrupted as interrupt:
-        print(f"sjlt: stopped by {interrupt.name}; no partial output was left", file=sys.stderr)
-        return 128 + interrupt.signum
-    except KeyboardInterrupt:
-        print("sjlt: interrupted; no partial output was left", file=sys.stderr)
-        return 130
     except Exception as error:
         if args.debug:
             raise

@@ -1,7 +1,9 @@
 """SIGINT and SIGTERM become an :class:`Interrupted` exception in the main thread.
 
 Raising (rather than exiting) unwinds the stack, so every ``finally`` and context manager on the
-way up runs: temporary outputs are deleted and worker threads told to stop.
+way up runs: temporary outputs are deleted and worker threads told to stop. Only the first
+signal raises; later ones are ignored until the block ends, so a second Ctrl-C cannot cut the
+clean-up (or the one-line message) short.
 """
 from __future__ import annotations
 
@@ -15,8 +17,15 @@ from .errors import Interrupted
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signum, signal.Signals(signum).name)
+class _RaiseOnce:
+    def __init__(self):
+        self.received: int | None = None
+
+    def __call__(self, signum, frame):
+        if self.received is not None:
+            return  # already unwinding from the first signal: let the clean-up finish
+        self.received = signum
+        raise Interrupted(signum, signal.Signals(signum).name)
 
 
 @contextlib.contextmanager
@@ -29,9 +38,10 @@ def interrupts_as_exceptions() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.signal(signum, _raise_interrupted) for signum in _HANDLED}
+    handler = _RaiseOnce()
+    previous = {signum: signal.signal(signum, handler) for signum in _HANDLED}
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
