@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -58,7 +60,7 @@ def test_three_unquoted_shards_get_the_glob_hint_too(tmp_path, capsys):
         run_cli(capsys, "project", *(tmp_path / f"part-{i}.parquet" for i in range(3)), "--dim", 8)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "unrecognized arguments" in err and "quote" in err
+    assert "unrecognized arguments" in err and "quote it: sjlt project 'dir/*.parquet' OUT" in err
 
 
 def test_overwrite_replaces_an_earlier_sjlt_output(tmp_path, capsys):
@@ -178,6 +180,46 @@ def test_two_concurrent_overwrite_runs_leave_one_consistent_output(tmp_path, cap
     assert seed in (1, 2)
     x = torch.from_numpy(np.load(tmp_path / "in.npy"))
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), sjlt.sparse_jl(x, 16, seed=seed).numpy())
+    assert leftovers(tmp_path) == []
+
+
+def test_overwrite_commits_of_two_runs_never_interleave(tmp_path, capsys, monkeypatch):
+    """Run B has replaced the .npy but not yet its sidecar when run A commits the same OUTPUT:
+    A must wait for B's commit (the directory lock), so the result is one run's array with the
+    same run's sidecar. Without the lock A would finish in between: A's array, B's sidecar."""
+    from sjlt.cli import atomic
+
+    x = random_rows(40, 8)
+    np.save(tmp_path / "in.npy", x)
+    target = tmp_path / "out.npy"
+    assert run_cli(capsys, "project", tmp_path / "in.npy", target, "--dim", 4, "-q")[0] == 0
+    other: dict = {}
+
+    class HookedOs:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def replace(source, destination):
+            os.replace(source, destination)
+            if str(destination) == str(target) and "thread" not in other:
+                def run_a():
+                    other["result"] = project_file(tmp_path / "in.npy", target,
+                                                  Settings(out_features=4, seed=7, overwrite=True))
+                other["thread"] = threading.Thread(target=run_a)
+                other["thread"].start()
+                other["thread"].join(timeout=3)
+                other["finished_inside_b"] = not other["thread"].is_alive()
+
+    monkeypatch.setattr(atomic, "os", HookedOs())
+    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", target, "--dim", 4, "--seed", 1,
+                           "--overwrite", "-q")
+    other["thread"].join(timeout=60)
+    assert code == 0, err
+    assert "result" in other and not other["finished_inside_b"]
+    seed = sidecar_seed(target)
+    assert seed == 7  # A committed after B, whole
+    np.testing.assert_array_equal(np.load(target), sjlt.sparse_jl(torch.from_numpy(x), 4, seed=seed).numpy())
     assert leftovers(tmp_path) == []
 
 
@@ -304,8 +346,12 @@ def test_failed_directory_runs_leave_no_directory(tmp_path, capsys, monkeypatch)
     assert not (tmp_path / "out").exists()
 
     write_shard(tmp_path / "in" / "b.parquet")
+    monkeypatch.setattr("sjlt.cli.cluster._CONNECT_TIMEOUT", "1s")
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     code, _, err = run_cli(capsys, "project", tmp_path / "in", tmp_path / "out" / "deep", "--dim", 4,
-                           "--scheduler", "tcp://127.0.0.1:9")  # nothing listens on port 9
+                           "--scheduler", f"tcp://127.0.0.1:{port}")
     assert code == 1 and ("Dask scheduler" in err or "dask.distributed" in err), err
     assert not (tmp_path / "out").exists()
 
