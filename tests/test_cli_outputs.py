@@ -268,6 +268,13 @@ def test_evaluate_sample_too_large_for_memory_is_refused(tmp_path, capsys, small
     assert_one_error_line(err, "--sample 200,000", "rows²", "1.0 GiB available", "or fewer")
 
 
+def test_evaluate_huge_dims_is_refused_before_computing(tmp_path, capsys):
+    np.save(tmp_path / "emb.npy", random_rows(100, 8))
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "emb.npy", "--dims", 10**12)
+    assert code == 1 and out == ""
+    assert_one_error_line(err, "--dims 1,000,000,000,000", "available", "smaller --dims")
+
+
 def test_evaluate_sample_below_the_minimum_names_sample(tmp_path, capsys):
     np.save(tmp_path / "emb.npy", random_rows(500, 8))
     with pytest.raises(SystemExit) as exit_info:

@@ -108,18 +108,23 @@ def evaluate_sample(x: torch.Tensor, dims: list[int], *, seed: int, nnz: int | N
     return reports, scatter
 
 
-def check_sample_fits(m: int, features: int, device, requested: int) -> None:
-    """Refuses a sample whose m x m distance matrices cannot fit, before computing anything."""
-    per_sample = BYTES_PER_PAIR * m * m + 3 * 8 * m * features
+def check_sample_fits(m: int, features: int, dims: list[int], device, requested: int) -> None:
+    """Refuses a sample whose m x m distance matrices, or whose projections to the largest k,
+    cannot fit, before computing anything."""
+    pairs = BYTES_PER_PAIR * m * m + 3 * 8 * m * features
+    projections = 12 * m * max(dims)  # float32 projection and its float64 copy
     memories = [host_memory()] + ([device_memory(device)] if device.type == "cuda" else [])
     for memory in memories:
-        if memory.available is None or per_sample <= memory.available:
+        if memory.available is None or pairs + projections <= memory.available:
             continue
+        available = f"{memory.where} has {format_bytes(memory.available)} available"
+        if projections > memory.available // 2:
+            raise CLIError(f"--dims {max(dims):,} needs about {format_bytes(projections)} for the "
+                           f"projections of {m:,} sampled rows, but {available}; use smaller --dims")
         fitting = math.isqrt(int(memory.available * 0.8) // BYTES_PER_PAIR)
-        raise CLIError(f"--sample {requested:,} needs about {format_bytes(per_sample)} of memory "
-                       f"(the pairwise distances of {m:,} rows grow as rows²), but {memory.where} "
-                       f"has {format_bytes(memory.available)} available; use --sample "
-                       f"{fitting:,} or fewer")
+        raise CLIError(f"--sample {requested:,} needs about {format_bytes(pairs)} of memory "
+                       f"(the pairwise distances of {m:,} rows grow as rows²), but {available}; "
+                       f"use --sample {fitting:,} or fewer")
 
 
 def load_sample(source, size: int, seed: int) -> np.ndarray:
@@ -177,7 +182,7 @@ def run(args) -> int:
     device = resolve_device(args.device)
     source = open_source(inputs[0], args.column)
     total = source.n_rows
-    check_sample_fits(min(args.sample, total), source.dim or 0, device, args.sample)
+    check_sample_fits(min(args.sample, total), source.dim or 0, args.dims, device, args.sample)
     sample = load_sample(source, args.sample, args.seed)
     if len(sample) <= args.neighbors:
         raise CLIError(f"recall@{args.neighbors} needs more than {args.neighbors} rows, but "

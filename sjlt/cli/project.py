@@ -53,6 +53,10 @@ def default_batch_rows(features: int, itemsize: int) -> int:
     return max(1, DEFAULT_BATCH_BYTES // max(1, features * itemsize))
 
 
+def _batch_rows(settings: Settings, source) -> int:
+    return settings.batch_rows or default_batch_rows(source.dim or 1, source.dtype.itemsize)
+
+
 def plan_outputs(input_spec: str, output_spec: str, *, overwrite: bool) -> tuple[list[tuple[Path, Path]], bool]:
     """(input, output) pairs and whether INPUT named a collection; refuses existing outputs
     unless ``overwrite``, and any output that is its own input."""
@@ -148,7 +152,9 @@ def project_file(input_path: Path, output_path: Path, settings: Settings,
     output_dtype = np.dtype(settings.dtype) if settings.dtype else source.dtype
     nnz = spec.resolve_nnz(settings.nnz, settings.out_features)
     device = resolve_device(settings.device)
-    batch_rows = settings.batch_rows or default_batch_rows(source.dim or 1, source.dtype.itemsize)
+    batch_rows = _batch_rows(settings, source)
+    check_memory(source, settings.out_features, batch_rows, output_dtype, device,
+                 batch_rows_given=settings.batch_rows is not None)
     column = source.column if source.column is not None else settings.column
     metadata = projection_metadata(
         seed=settings.seed, out_features=settings.out_features, nnz=nnz, input_path=input_path,
@@ -158,8 +164,6 @@ def project_file(input_path: Path, output_path: Path, settings: Settings,
                           allow_nonfinite=settings.allow_nonfinite, source_name=str(input_path))
     pool = BufferPool(QUEUE_DEPTH + 2, source.batch_buffer_bytes(batch_rows),
                       pinned=device.type == "cuda")
-    check_memory(source, settings.out_features, batch_rows, output_dtype, device,
-                 batch_rows_given=settings.batch_rows is not None)
     try:
         with atomic_outputs(output_path, *companion_paths(output_path),
                             overwrite=settings.overwrite) as temporaries:
@@ -263,9 +267,8 @@ def run(args) -> int:
         output_dtype = np.dtype(settings.dtype or source.dtype)
         total_rows += source.n_rows
         if device is not None:  # on a cluster, each worker checks its own memory
-            check_memory(source, settings.out_features,
-                         settings.batch_rows or default_batch_rows(source.dim or 1, source.dtype.itemsize),
-                         output_dtype, device, batch_rows_given=settings.batch_rows is not None)
+            check_memory(source, settings.out_features, _batch_rows(settings, source), output_dtype,
+                         device, batch_rows_given=settings.batch_rows is not None)
         if format_of(target, "OUTPUT") == "npy":
             npy_outputs.append((target, source.n_rows * settings.out_features * output_dtype.itemsize))
     check_disk_space(npy_outputs)
