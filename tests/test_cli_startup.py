@@ -93,3 +93,36 @@ def test_signal_while_importing_torch_exits_cleanly(tmp_path, signum):
     assert lines == [f"sjlt: stopped by {signal.Signals(signum).name}; no partial output was left"], err
     assert out == ""
     assert sorted(os.listdir(work)) == ["in.npy"]  # no output, no temporary, no directory
+
+
+def test_a_second_signal_does_not_cut_the_clean_up_short():
+    from sjlt.cli.errors import Interrupted
+    from sjlt.cli.signals import interrupts_as_exceptions
+
+    cleaned = False
+    with pytest.raises(Interrupted) as first:
+        with interrupts_as_exceptions():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler raises here
+            finally:
+                os.kill(os.getpid(), signal.SIGINT)  # ignored: the clean-up below still runs
+                time.sleep(0.05)
+                cleaned = True
+    assert first.value.signum == signal.SIGTERM and cleaned
+
+
+def test_a_signal_during_a_commit_waits_for_its_end():
+    from sjlt.cli.errors import Interrupted
+    from sjlt.cli.signals import interrupts_as_exceptions, signals_deferred
+
+    steps = []
+    with pytest.raises(Interrupted):
+        with interrupts_as_exceptions():
+            with signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                steps.append("first rename")
+                steps.append("second rename")
+            steps.append("after the commit")  # not reached: the signal is raised on leaving
+    assert steps == ["first rename", "second rename"]
