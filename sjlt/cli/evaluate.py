@@ -29,9 +29,10 @@ from .provenance import EVALUATE_WRITER, PLOT_FORMATS
 #: Pairs kept for the scatter panel of the plot; more only blur into a blob.
 SCATTER_PAIRS = 5000
 #: Bytes per pair of sampled rows that evaluate_sample holds at its peak: the float64 distance
-#: matrices before and after projecting and a copy of one (8 bytes each), the int64 indices of
-#: the upper triangle (8), the float32-or-wider pair vectors, mask and distortions (about 24).
-BYTES_PER_PAIR = 56
+#: matrices before and after projecting and a copy of one, the int64 indices of the upper
+#: triangle, the pair vectors, mask and distortions. Measured peak on CPU: 57-63 bytes per pair
+#: (sample 4000-6000 rows, 2 dims).
+BYTES_PER_PAIR = 64
 
 
 @dataclass(frozen=True)
