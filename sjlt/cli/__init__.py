@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     except Interrupted as interrupt:
         print(f"sjlt: stopped by {interrupt.name}; no partial output was left", file=sys.stderr)
         return 128 + interrupt.signum
-    except KeyboardInterrupt:  # a SIGINT handler installed by someone else (in-process callers)
+    except KeyboardInterrupt:  # main() called outside the main thread keeps Python's handler
         print("sjlt: interrupted; no partial output was left", file=sys.stderr)
         return 130
 
