@@ -87,7 +87,8 @@ def main(argv=None) -> int:
         source, target = scratch / "input.npy", scratch / "output.npy"
         write_input(source, args.rows, args.features)
         size = os.path.getsize(source)
-        settings = Settings(out_features=args.dim, device=args.device)
+        # overwrite: the in-process run replaces the output.npy of the process run before it.
+        settings = Settings(out_features=args.dim, device=args.device, overwrite=True)
         tiny = scratch / "tiny.npy"
         np.save(tiny, np.random.default_rng(1).standard_normal((1024, args.features), dtype=np.float32))
         project_file(tiny, scratch / "tiny_out.npy", settings)  # warm-up: imports, kernels, threads

@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     dims = sorted({32, 64, args.dim, 256})
     report, figure = args.workdir / "report.json", args.workdir / "report.png"
     run_sjlt("evaluate", source, "--dims", ",".join(map(str, dims)), "--seed", 0,
-             "--plot-k", args.dim, "--plot", figure, "--json", report)
+             "--plot-k", args.dim, "--plot", figure, "--json", report, "--overwrite")
 
     chosen = next(d for d in json.loads(report.read_text())["dims"] if d["k"] == args.dim)
     query = model.encode([_QUERY], convert_to_numpy=True).astype(np.float32)

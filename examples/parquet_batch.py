@@ -74,8 +74,9 @@ def main(argv=None) -> int:
 
     if args.make_store:
         make_store(args.store, args.make_store)
+    # overwrite: a stale projection (sjlt's own output, by its record) is made again in place.
     settings = Settings(out_features=args.dim, seed=spec.check_seed(args.seed), nnz=args.nnz,
-                        column=args.column)
+                        column=args.column, overwrite=True)
     shards = sorted(args.store.glob("*.parquet"))
     if not shards:
         print(f"parquet_batch: error: no .parquet shards in {args.store}", file=sys.stderr)

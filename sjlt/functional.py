@@ -8,6 +8,7 @@ import torch
 
 from . import reference, spec
 from ._backend import check_backend
+from ._memory import check_output_fits
 from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
 from .ops import dense
 from .ops import sparse_jl as _sparse_jl_ops
@@ -89,6 +90,7 @@ def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None 
     """
     _check_input(x, "x", complex_ok=True)
     k = spec.check_dimension(out_features, "out_features")
+    check_output_fits(x, k, "out_features")
     return _projection(_sparse_jl_ops.sparse_jl_op, dense.forward, x, k, seed, nnz, column_offset, backend, k)
 
 
@@ -100,6 +102,7 @@ def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: in
     k = y.shape[-1]
     if k < 1:
         raise ValueError("y must have at least one output feature in its last dimension")
+    check_output_fits(y, d, "in_features")
     return _projection(_sparse_jl_ops.sparse_jl_transpose_op, dense.transpose, y, d, seed, nnz, column_offset,
                        backend, k)
 

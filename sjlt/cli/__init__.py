@@ -7,6 +7,7 @@ Exit status: 0 on success; 1 for a problem with the input, output or environment
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 import warnings
@@ -88,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="rows per batch (default: about 64 MB of input)")
     project.add_argument("--dtype", choices=_DTYPES,
                          help="output dtype (default: the input's)")
-    project.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
+    project.add_argument("--overwrite", action="store_true",
+                         help="replace an existing OUTPUT written by sjlt (never any other file)")
     project.add_argument("--quiet", "-q", action="store_true",
                          help="no progress bar and no summary line")
     project.add_argument("--allow-nonfinite", action="store_true",
@@ -117,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--plot-k", type=_positive_int, metavar="K",
                           help="the k of the scatter panel (default: the middle of --dims)")
     evaluate.add_argument("--json", metavar="FILE.json", help="also save the table as JSON")
+    evaluate.add_argument("--overwrite", action="store_true",
+                          help="replace an existing --json/--plot file written by sjlt")
     parser.command_parsers = {"project": project, "evaluate": evaluate}  # for their own usage lines
     return parser
 
@@ -130,6 +134,10 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
                      f"distinct nonzero rows, so use --nnz <= {smallest_k}")
     if args.command == "evaluate" and args.plot_k is not None and args.plot_k not in args.dims:
         parser.error(f"--plot-k {args.plot_k} is not one of --dims {','.join(map(str, args.dims))}")
+    if args.command == "evaluate" and args.sample <= args.neighbors:
+        parser.error(f"--sample {args.sample} is too small: recall@{args.neighbors} needs more "
+                     f"than --neighbors {args.neighbors} rows; use --sample {args.neighbors + 1} "
+                     f"or more (or a smaller --neighbors)")
 
 
 def _commands():
@@ -139,12 +147,34 @@ def _commands():
 
 
 def main(argv=None) -> int:
-    """Runs the command line on ``argv`` (default: sys.argv[1:]) and returns the exit status."""
+    """Runs the command line on ``argv`` (default: sys.argv[1:]) and returns the exit status.
+
+    The signal handlers come first, before parsing and before any heavy import (torch takes
+    about a second), so Ctrl-C or SIGTERM at any moment exits 130/143 with one line.
+    """
+    try:
+        with interrupts_as_exceptions():
+            return _run(argv)
+    except Interrupted as interrupt:
+        print(f"sjlt: stopped by {interrupt.name}; no partial output was left", file=sys.stderr)
+        return 128 + interrupt.signum
+    except KeyboardInterrupt:  # main() called outside the main thread keeps Python's handler
+        print("sjlt: interrupted; no partial output was left", file=sys.stderr)
+        return 130
+
+
+def _run(argv) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        if args.command == "project" and any(os.path.exists(a) for a in extra):
+            message += ("; project takes one INPUT and one OUTPUT. If the shell expanded an "
+                        "unquoted glob into several files, quote it: sjlt project 'dir/*.parquet' OUT")
+        parser.command_parsers[args.command].error(message)
     _check_combinations(parser, args)
     try:
-        with interrupts_as_exceptions(), warnings.catch_warnings():
+        with warnings.catch_warnings():
             for notice in _TORCH_SPARSE_NOTICES:
                 warnings.filterwarnings("ignore", message=notice)
             return _commands()[args.command](args)
@@ -153,12 +183,6 @@ def main(argv=None) -> int:
             traceback.print_exc()
         print(f"sjlt: error: {error}", file=sys.stderr)
         return 1
-    except Interrupted as interrupt:
-        print(f"sjlt: stopped by {interrupt.name}; no partial output was left", file=sys.stderr)
-        return 128 + interrupt.signum
-    except KeyboardInterrupt:
-        print("sjlt: interrupted; no partial output was left", file=sys.stderr)
-        return 130
     except Exception as error:
         if args.debug:
             raise

@@ -52,6 +52,9 @@ def read_npy_header(path: Path) -> NpyHeader:
             offset = f.tell()
     except OSError as error:
         raise CLIError(f"cannot read INPUT {str(path)!r}: {error.strerror or error}") from None
+    if any(int(size) < 0 for size in shape):
+        raise CLIError(f"INPUT {str(path)!r} has a damaged .npy header: its shape {tuple(shape)} "
+                       f"has a negative dimension; write the file again with numpy.save")
     return NpyHeader(tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran), offset)
 
 
@@ -76,6 +79,11 @@ def check_embedding_array(path: Path, header: NpyHeader) -> None:
     if actual < needed:
         raise CLIError(f"INPUT {name} is truncated: its header promises {needed:,} bytes but the "
                        f"file has {actual:,}; write it again")
+    if actual > needed:  # numpy.save writes exactly header + data: the shape is wrong
+        raise CLIError(f"INPUT {name} does not match its header: the shape {shape} accounts for "
+                       f"{needed:,} bytes but the file has {actual:,} ({actual - needed:,} more), "
+                       f"so the header is damaged or was edited; write the file again with "
+                       f"numpy.save")
 
 
 def _read_exactly(f, view: memoryview, offset: int) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .atomic import atomic_outputs
 from .errors import CLIError
+from .provenance import PLOT_MARK
 
 
 def require_matplotlib() -> None:
@@ -17,7 +18,10 @@ def require_matplotlib() -> None:
                        "pip install 'sjlt[plot]' (or pip install matplotlib), or drop --plot") from None
 
 
-def write_report(path: Path, reports, scatter, *, neighbors: int, n_samples: int) -> None:
+def write_report(path: Path, reports, scatter, *, neighbors: int, n_samples: int,
+                 overwrite: bool) -> None:
+    """Draws the figure into ``path`` (.png, .svg or .pdf, checked by the caller beforehand),
+    marked as sjlt's in its metadata so that a later --overwrite may replace it."""
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -53,6 +57,7 @@ def write_report(path: Path, reports, scatter, *, neighbors: int, n_samples: int
         scatter_axes.set(title=f"Squared distances, k = {scatter.k} ({len(scatter.original):,} pairs)")
     scatter_axes.set(xlabel="original", ylabel="projected")
 
-    image_format = Path(path).suffix.lstrip(".").lower() or "png"
-    with atomic_outputs(Path(path)) as (temporary,):
-        figure.savefig(temporary, format=image_format, dpi=110)
+    image_format = Path(path).suffix.lstrip(".").lower()
+    metadata = {"Software" if image_format == "png" else "Creator": PLOT_MARK}
+    with atomic_outputs(Path(path), overwrite=overwrite, role="--plot") as (temporary,):
+        figure.savefig(temporary, format=image_format, dpi=110, metadata=metadata)
