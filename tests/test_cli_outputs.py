@@ -21,7 +21,7 @@ from sjlt import _memory
 from sjlt.cli import project as project_module
 from sjlt.cli.npy import NpySink
 from sjlt.cli.project import Settings, project_file
-from test_cli_helpers import assert_one_error_line, digest, leftovers, random_rows, run_cli
+from test_cli_helpers import assert_one_error_line, assert_projection_equal, digest, leftovers, random_rows, run_cli
 
 
 def write_shard(path, rows: int = 30, features: int = 12) -> None:
@@ -144,7 +144,7 @@ def test_output_created_by_another_run_meanwhile_is_left_alone(tmp_path, capsys,
     assert_one_error_line(err, "appeared while this run was writing it", "--overwrite")
     if suffix == ".npy":
         assert sidecar_seed(target) == 7  # the other run's data and the other run's sidecar
-        np.testing.assert_array_equal(np.load(target), sjlt.sparse_jl(
+        assert_projection_equal(np.load(target), sjlt.sparse_jl(
             torch.from_numpy(np.load(tmp_path / "in.npy")), 4, seed=7).numpy())
     else:
         assert json.loads(pq.read_schema(target).metadata[b"sjlt"])["seed"] == 7
@@ -167,7 +167,7 @@ def test_two_concurrent_runs_without_overwrite_exactly_one_creates_the_output(tm
     assert "already exists" in loser or "appeared while this run was writing it" in loser
     seed = sidecar_seed(tmp_path / "out.npy")
     x = torch.from_numpy(np.load(tmp_path / "in.npy"))
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), sjlt.sparse_jl(x, 16, seed=seed).numpy())
+    assert_projection_equal(np.load(tmp_path / "out.npy"), sjlt.sparse_jl(x, 16, seed=seed).numpy())
     assert leftovers(tmp_path) == []
 
 
@@ -179,7 +179,7 @@ def test_two_concurrent_overwrite_runs_leave_one_consistent_output(tmp_path, cap
     seed = sidecar_seed(tmp_path / "out.npy")
     assert seed in (1, 2)
     x = torch.from_numpy(np.load(tmp_path / "in.npy"))
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), sjlt.sparse_jl(x, 16, seed=seed).numpy())
+    assert_projection_equal(np.load(tmp_path / "out.npy"), sjlt.sparse_jl(x, 16, seed=seed).numpy())
     assert leftovers(tmp_path) == []
 
 
@@ -219,7 +219,7 @@ def test_overwrite_commits_of_two_runs_never_interleave(tmp_path, capsys, monkey
     assert "result" in other and not other["finished_inside_b"]
     seed = sidecar_seed(target)
     assert seed == 7  # A committed after B, whole
-    np.testing.assert_array_equal(np.load(target), sjlt.sparse_jl(torch.from_numpy(x), 4, seed=seed).numpy())
+    assert_projection_equal(np.load(target), sjlt.sparse_jl(torch.from_numpy(x), 4, seed=seed).numpy())
     assert leftovers(tmp_path) == []
 
 

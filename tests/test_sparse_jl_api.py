@@ -121,11 +121,15 @@ def test_gradcheck_float64():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backward_is_the_transpose_and_saves_nothing(backend, kernel_device, rng):
+    from sjlt.ops import dense
+
     x = torch.randn(5, 40, generator=rng, device="cpu").to(kernel_device).requires_grad_()
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         y = F.sparse_jl(x, 12, seed=8, backend=backend)
-    assert saved == []
+    # The dense algorithm of small GPU inputs saves its cached sign matrix, which costs no memory.
+    cached = [m.data_ptr() for m in dense._CACHE.values()]
+    assert [t for t in saved if t.data_ptr() not in cached] == []
     g = torch.randn(5, 12, generator=rng).to(kernel_device)
     y.backward(g)
     want = g.double().cpu() @ _dense_matrix(40, 12, 8)

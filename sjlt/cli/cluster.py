@@ -32,9 +32,9 @@ def project_on_cluster(pairs: list[tuple[Path, Path]], settings: Settings, addre
                        quiet: bool) -> list[FileResult]:
     """Projects every (input, output) pair on the cluster; raises one CLIError naming every file
     that failed (the others are complete). Ctrl-C cancels the files not yet started."""
+    client = _connect(address)  # first: it turns a missing dask.distributed into a clean error
     from distributed import as_completed
 
-    client = _connect(address)
     try:
         inputs = [str(source) for source, _ in pairs]
         outputs = [str(target) for _, target in pairs]
