@@ -84,17 +84,23 @@ def split_bf16x3(a):
 
 
 @triton.jit
-def dot_exact(a, b, acc, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """acc += a @ b where b holds small integers (exact in DOT_DTYPE). SPLIT_FP32 is set exactly when a
-    is float32 (float32 inputs), so a needs no cast."""
-    if SPLIT_FP32:
+def dot_exact(a, b, acc, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """acc += a @ b where b holds small integers (exact in DOT_DTYPE).
+
+    FP32_PASSES is 0 for half-precision a (one dot in its own type) and 1, 2 or 3 for float32 a:
+    the number of bfloat16 terms of a's split that are multiplied. 3 carries all 24 mantissa bits
+    (exact, torch's "highest" float32 matmul precision); 2 carries 16 and 1 carries 8, the cheaper
+    "high" and "medium" modes."""
+    if FP32_PASSES == 0:
+        acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc)
+    else:
         hi, mid, lo = split_bf16x3(a)
         b = b.to(DOT_DTYPE)
         acc = tl.dot(hi.to(DOT_DTYPE), b, acc)
-        acc = tl.dot(mid.to(DOT_DTYPE), b, acc)
-        acc = tl.dot(lo.to(DOT_DTYPE), b, acc)
-    else:
-        acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc)
+        if FP32_PASSES >= 2:
+            acc = tl.dot(mid.to(DOT_DTYPE), b, acc)
+        if FP32_PASSES >= 3:
+            acc = tl.dot(lo.to(DOT_DTYPE), b, acc)
     return acc
 
 
@@ -102,7 +108,7 @@ def dot_exact(a, b, acc, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr):
 def sparse_jl_forward_kernel(
     x_ptr, table_ptr, out_ptr, n, d, k, nnz, scale,
     stride_xm, stride_xd, stride_om, stride_ok, stride_split, cols_per_split,
-    SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """out[split, m, o] = scale * sum over this split's columns j of x[m, j] * sign * [row == o].
@@ -134,7 +140,7 @@ def sparse_jl_forward_kernel(
             packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
             row, sign = unpack_row_and_sign(packed)
             one_hot += tl.where(row[:, None] == offs_o[None, :], sign[:, None], 0.0)
-        acc = dot_exact(x, one_hot, acc, SPLIT_FP32, DOT_DTYPE)
+        acc = dot_exact(x, one_hot, acc, FP32_PASSES, DOT_DTYPE)
     out = acc * scale
     out_ptrs = out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + offs_o[None, :] * stride_ok
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & (offs_o[None, :] < k))
@@ -144,7 +150,7 @@ def sparse_jl_forward_kernel(
 def sparse_jl_transpose_kernel(
     y_ptr, table_ptr, z_ptr, n, d, k, nnz, scale,
     stride_ym, stride_yk, stride_zm, stride_zd,
-    SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """z[m, j] = scale * sum_t sign(j, t) * y[m, row(j, t)]. Grid: cdiv(n, BLOCK_M) * cdiv(d, BLOCK_D)
@@ -173,7 +179,7 @@ def sparse_jl_transpose_kernel(
             packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
             row, sign = unpack_row_and_sign(packed)
             one_hot_t += tl.where(offs_o[:, None] == row[None, :], sign[None, :], 0.0)
-        acc = dot_exact(y, one_hot_t, acc, SPLIT_FP32, DOT_DTYPE)
+        acc = dot_exact(y, one_hot_t, acc, FP32_PASSES, DOT_DTYPE)
     out = acc * scale
     tl.store(z_ptr + offs_m[:, None] * stride_zm + offs_d[None, :] * stride_zd,
              out.to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])

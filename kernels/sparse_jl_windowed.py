@@ -96,7 +96,7 @@ def sparse_jl_windowed_forward_kernel(
     x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
     groups_per_split, windows, scale,
     stride_xm, stride_xd, stride_om, stride_ok, stride_split,
-    NNZ: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
 ):
     """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A,
@@ -116,7 +116,7 @@ def sparse_jl_windowed_forward_kernel(
                     mask=mask_m[:, None] & mask_d[None, :], other=0.0)
         source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
         tile = tl.where(lanes[:, None] == source[None, :], value[None, :], 0.0)
-        acc = dot_exact(x, tile, acc, SPLIT_FP32, DOT_DTYPE)
+        acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
                 + _window_columns(offs_q, window, windows)[None, :] * stride_ok)
     tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty),
@@ -128,7 +128,7 @@ def sparse_jl_windowed_transpose_kernel(
     y_ptr, words_ptr, rotations_ptr, z_ptr, n, d, column_offset, group_base, groups,
     groups_per_split, windows, scale,
     stride_ym, stride_yk, stride_zm, stride_zd,
-    NNZ: tl.constexpr, SPLIT_FP32: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
 ):
     """z[m, chunk columns] = scale * y[m, window a of every block] @ tile^T for each chunk that lands
@@ -140,7 +140,7 @@ def sparse_jl_windowed_transpose_kernel(
     y = tl.load(y_ptr + offs_m[:, None] * stride_ym + _window_columns(offs_q, window, windows)[None, :] * stride_yk,
                 mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :], other=0.0)
     # The y tile is loop-invariant: split it once.
-    if SPLIT_FP32:
+    if FP32_PASSES > 0:
         hi, mid, lo = split_bf16x3(y)
         hi = hi.to(DOT_DTYPE)
         mid = mid.to(DOT_DTYPE)
@@ -157,8 +157,9 @@ def sparse_jl_windowed_transpose_kernel(
         source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
         tile_t = tl.where(source[:, None] == lanes[None, :], value[:, None], 0.0).to(DOT_DTYPE)
         z = tl.dot(hi, tile_t)
-        if SPLIT_FP32:
+        if FP32_PASSES >= 2:
             z = tl.dot(mid, tile_t, z)
+        if FP32_PASSES >= 3:
             z = tl.dot(lo, tile_t, z)
         tl.store(z_ptr + offs_m[:, None] * stride_zm + cols[None, :] * stride_zd,
                  (z * scale).to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])

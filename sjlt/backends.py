@@ -1,9 +1,22 @@
 """Process-wide switches of the projection engine, in the spirit of ``torch.backends.cudnn``.
 
-``dense_cache_bytes``: the byte budget of the cache of dense sign matrices (each at most 4 MiB)
-that small, launch-bound GPU projections multiply with cuBLAS (see ``sjlt.ops.dense``); 64 MiB
-by default. 0 turns the dense algorithm off: every GPU projection then runs the Triton kernel.
+- ``deterministic`` (default True): every projection's algorithm is a fixed rule of its
+  configuration, so results are bitwise reproducible run to run on a given device and shape.
+- ``benchmark`` (default False): with ``deterministic=False``, the first GPU projection of each
+  configuration (direction, shape, dtype, device) times the eligible algorithms (the Triton kernel,
+  and the dense cuBLAS one where S fits the cache) and keeps the fastest for the process. Ignored
+  while ``deterministic`` is True: a timed choice can differ between runs, and the two algorithms
+  agree only to float tolerance.
+- ``dense_cache_bytes`` (default 64 MiB): the byte budget of the cache of dense sign matrices the
+  dense algorithm multiplies; 0 turns that algorithm off, so every GPU projection runs the kernel.
+
+float32 accuracy follows ``torch.get_float32_matmul_precision()``, as ``torch.matmul`` does:
+"highest" (torch's default) is exact float32, "high" and "medium" keep 16 and 8 mantissa bits of
+the input in the kernel's tensor-core passes (and let cuBLAS use TF32 in the dense algorithm).
+See sjlt/ops/choice.py for the rule.
 """
 from __future__ import annotations
 
+deterministic: bool = True
+benchmark: bool = False
 dense_cache_bytes: int = 64 << 20

@@ -10,7 +10,7 @@ from . import reference, spec
 from ._backend import check_backend
 from ._memory import check_output_fits
 from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
-from .ops import dense
+from .ops import choice, dense
 from .ops import sparse_jl as _sparse_jl_ops
 
 __all__ = ["sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
@@ -54,6 +54,12 @@ def _settings(seed, nnz, k_for_nnz, column_offset, backend):
 _cached_settings = functools.lru_cache(maxsize=1024, typed=True)(_settings)
 
 
+def _chosen_algorithm(op, flat, features, nnz, key0, key1, column_offset) -> str:
+    if op is _sparse_jl_ops.sparse_jl_transpose_op:
+        return choice.algorithm(flat, features, flat.shape[1], nnz, key0, key1, column_offset, transpose=True)
+    return choice.algorithm(flat, flat.shape[1], features, nnz, key0, key1, column_offset)
+
+
 def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backend, k_for_nnz):
     try:
         key0, key1, nnz, column_offset = _cached_settings(seed, nnz, k_for_nnz, column_offset, backend)
@@ -65,8 +71,9 @@ def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backen
         return torch.complex(real, imag)
     lead = tensor.shape[:-1]
     flat = tensor if tensor.dim() == 2 else tensor.reshape(lead.numel(), tensor.shape[-1])  # not -1: d may be 0
-    if (backend != "torch" and dense.chosen(flat, flat.shape[1], features) and not torch.compiler.is_compiling()
-            and not torch.is_autocast_enabled(flat.device.type)):
+    if (backend != "torch" and flat.device.type == "cuda" and not torch.compiler.is_compiling()
+            and not torch.is_autocast_enabled(flat.device.type)
+            and _chosen_algorithm(op, flat, features, nnz, key0, key1, column_offset) == choice.DENSE):
         # The op would choose the same dense algorithm (a plain torch op with torch's autograd);
         # calling it here skips the op's dispatch, which costs more than the matmul at this size.
         out = dense_fn(flat, features, key0, key1, nnz, column_offset)

@@ -20,9 +20,10 @@ def _variants():
 
     from sjlt import spec
 
-    for dtype, split, dot in [("fp32", True, tl.bfloat16), ("bf16", False, tl.bfloat16), ("fp16", False, tl.float16)]:
+    for dtype, passes, dot in [("fp32", 3, tl.bfloat16), ("fp32", 2, tl.bfloat16), ("fp32", 1, tl.bfloat16),
+                               ("bf16", 0, tl.bfloat16), ("fp16", 0, tl.float16)]:
         for key_type in (I32, I64, "one"):
-            const = {"DOMAIN": spec.DOMAIN_SPARSE_JL, "SPLIT_FP32": split, "DOT_DTYPE": dot,
+            const = {"DOMAIN": spec.DOMAIN_SPARSE_JL, "FP32_PASSES": passes, "DOT_DTYPE": dot,
                      "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 64}
             key = I32
             if key_type == "one":  # the compiler turns integer arguments equal to 1 into constants
@@ -42,9 +43,10 @@ def _variants():
                 hash_const.update(key0=1, key1=1, nnz=1)
             yield ("sparse_jl_hash_kernel", {"table_ptr": "*i32", "d": I32, "k": I32, "nnz": I32,
                                              "column_offset": I64, "key0": key, "key1": key}, hash_const)
-    for dtype, split, dot in [("fp32", True, tl.bfloat16), ("bf16", False, tl.bfloat16), ("fp16", False, tl.float16)]:
+    for dtype, passes, dot in [("fp32", 3, tl.bfloat16), ("fp32", 2, tl.bfloat16), ("fp32", 1, tl.bfloat16),
+                               ("bf16", 0, tl.bfloat16), ("fp16", 0, tl.float16)]:
         for nnz, width, block_m in [(8, 128, 128), (3, 64, 32), (1, 16, 16)]:
-            const = {"NNZ": nnz, "SPLIT_FP32": split, "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": width}
+            const = {"NNZ": nnz, "FP32_PASSES": passes, "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": width}
             common = {"words_ptr": "*i32", "rotations_ptr": "*i32", "n": I32, "d": I64, "column_offset": I64,
                       "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants

@@ -123,16 +123,81 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
     dense.clear_cache()
 
 
-def test_dense_algorithm_is_chosen_only_for_small_cuda_inputs_within_budget(monkeypatch):
+def test_algorithm_rule(monkeypatch):
+    """The fixed rule of sjlt.ops.choice: dense for launch-bound inputs with a small S and for half
+    types with k <= 256 within the cache budget; the kernel otherwise, and always off CUDA."""
     from sjlt import backends
-    from sjlt.ops import dense
+    from sjlt.ops import choice
 
-    small = torch.empty(64, 1024, device="meta")
-    assert not dense.chosen(small, 1024, 256)  # not CUDA
-    if torch.cuda.is_available():
-        small = torch.randn(64, 1024, device="cuda")
-        assert dense.chosen(small, 1024, 256)
-        assert not dense.chosen(torch.randn(4096, 1024, device="cuda"), 1024, 256)  # not launch-bound
-        assert not dense.chosen(small, 1024, 8192)  # S larger than the per-matrix limit
-        monkeypatch.setattr(backends, "dense_cache_bytes", 0)
-        assert not dense.chosen(small, 1024, 256)  # turned off
+    def pick(n, d, k, dtype):
+        return choice._rule(_FakeCuda(n, d, dtype), d, k)
+
+    assert choice._rule(torch.empty(64, 1024, device="meta"), 1024, 256) == choice.KERNEL  # not CUDA
+    assert pick(64, 1024, 256, torch.float32) == choice.DENSE  # launch-bound, S = 1 MiB
+    assert pick(64, 1024, 8192, torch.float32) == choice.KERNEL  # S = 32 MiB: too big to read per call
+    assert pick(2**20, 1024, 256, torch.float32) == choice.KERNEL
+    assert pick(2**20, 1024, 256, torch.bfloat16) == choice.DENSE
+    assert pick(2**20, 1024, 512, torch.bfloat16) == choice.KERNEL
+    assert pick(2**20, 1024, 256, torch.float64) == choice.KERNEL
+    monkeypatch.setattr(backends, "dense_cache_bytes", 0)
+    assert pick(64, 1024, 256, torch.float32) == choice.KERNEL  # the dense algorithm turned off
+
+
+class _FakeCuda:
+    """Shape, dtype and a CUDA device: all the rule reads of an input."""
+
+    def __init__(self, n, d, dtype):
+        self.shape, self.dtype, self.device = (n, d), dtype, torch.device("cuda", 0)
+
+    def numel(self):
+        return self.shape[0] * self.shape[1]
+
+    def element_size(self):
+        return torch.empty(0, dtype=self.dtype).element_size()
+
+
+def test_benchmark_flag_times_once_and_deterministic_overrides_it(monkeypatch):
+    from sjlt import backends
+    from sjlt.ops import choice
+
+    timed = []
+    monkeypatch.setattr(choice, "_time_and_pick", lambda *args: timed.append(args) or choice.KERNEL)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    x = _FakeCuda(2**20, 1024, torch.bfloat16)
+    choice.clear_benchmarks()
+    monkeypatch.setattr(backends, "benchmark", True)
+    assert choice.algorithm(x, 1024, 256, 8, 1, 2, 0) == choice.DENSE and not timed  # deterministic wins
+    monkeypatch.setattr(backends, "deterministic", False)
+    assert choice.algorithm(x, 1024, 256, 8, 1, 2, 0) == choice.KERNEL and len(timed) == 1  # timed
+    assert choice.algorithm(x, 1024, 256, 8, 1, 2, 0) == choice.KERNEL and len(timed) == 1  # cached
+    assert choice.algorithm(x, 1024, 256, 8, 1, 2, 0, transpose=True) == choice.KERNEL and len(timed) == 2
+    monkeypatch.setattr(backends, "benchmark", False)
+    assert choice.algorithm(x, 1024, 256, 8, 1, 2, 0) == choice.DENSE  # back to the rule
+    choice.clear_benchmarks()
+
+
+# torch.get_float32_matmul_precision() -> the stated bound on max |kernel - float64| / max |float64|
+# for float32 inputs: 3, 2 and 1 bfloat16 passes carry 24, 16 and 8 mantissa bits.
+PRECISION_TOLERANCE = {"highest": 1e-5, "high": 1e-4, "medium": 1e-2}
+
+
+@pytest.mark.parametrize("k, nnz", [(256, 8), (40, 3)], ids=["windowed", "classic"])
+def test_float32_precision_modes(k, nnz, kernel_device, rng, monkeypatch):
+    x = torch.randn(70, 200, generator=rng, dtype=torch.float64)
+    y = torch.randn(70, k, generator=rng, dtype=torch.float64)
+    want = reference.sparse_jl_forward(x, k, seed=5, nnz=nnz)
+    want_t = reference.sparse_jl_transpose(y, 200, seed=5, nnz=nnz)
+    key0, key1 = spec.philox_key(5)
+    errors = {}
+    previous = torch.get_float32_matmul_precision()
+    try:
+        for mode, tolerance in PRECISION_TOLERANCE.items():
+            torch.set_float32_matmul_precision(mode)
+            got = ops.triton_forward(x.float().to(kernel_device), k, key0, key1, nnz, 0).double().cpu()
+            got_t = ops.triton_transpose(y.float().to(kernel_device), 200, key0, key1, nnz, 0).double().cpu()
+            errors[mode] = max(float((got - want).abs().max() / want.abs().max()),
+                               float((got_t - want_t).abs().max() / want_t.abs().max()))
+            assert errors[mode] <= tolerance, (mode, errors)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert errors["medium"] > 10 * errors["highest"], errors  # the modes really change the arithmetic

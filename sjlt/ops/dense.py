@@ -1,13 +1,10 @@
-"""The dense algorithm for launch-bound inputs: the signs of S materialised once and multiplied by
-cuBLAS.
+"""The dense algorithm: the signs of S materialised once and multiplied by cuBLAS.
 
-A projection of a few rows costs one kernel launch, and from Python a Triton launch plus sjlt's
-op dispatch cost several times a cuBLAS call (benchmarks/RESULTS.md, per-call cost). For such
-inputs S is materialised from the kernels' own tables as a dense (k, d) matrix of exact +-1 and
+S is materialised from the kernels' own tables as a dense (k, d) matrix of exact +-1 and
 multiplied with ``torch.addmm(..., alpha=1/sqrt(nnz))``: the scale is applied once to the float32
 accumulator, as the kernel does, so no entry of S is rounded. It is a plain torch op, with
-torch's own autograd. The result matches the kernel's to float tolerance, not bit for bit; the
-choice depends only on (shape, dtype, device), so a given call is reproducible run to run.
+torch's own autograd, and it follows torch's float32 matmul precision. The result matches the
+kernel's to float tolerance, not bit for bit; ``sjlt.ops.choice`` decides which one runs.
 
 Matrices are cached within ``sjlt.backends.dense_cache_bytes``, least recently used first out,
 keyed by everything that defines S; none is cached while a CUDA graph is being captured.
@@ -21,24 +18,17 @@ import torch
 
 from .. import backends
 
-#: Inputs below this size are launch-bound on an H100: the GPU time of either algorithm is a few µs.
-LAUNCH_BOUND_BYTES = 1 << 21
-#: The matmul reads all of S while the kernel reads only x: beyond this size S costs more to read
-#: (and to build once) than the launch it saves.
-MATRIX_MAX_BYTES = 1 << 22
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _CACHE: "OrderedDict[tuple, torch.Tensor]" = OrderedDict()
 _cached_bytes = 0
 
 
-def chosen(x: torch.Tensor, in_features: int, out_features: int) -> bool:
-    """Whether the (n, .) input ``x`` of a projection between in_features and out_features runs
-    the dense algorithm: a CUDA input of a kernel dtype, launch-bound, whose S is small and fits
-    the cache budget."""
+def eligible(x: torch.Tensor, in_features: int, out_features: int, max_matrix_bytes: int) -> bool:
+    """Whether the dense algorithm can run the (n, .) CUDA input ``x`` of a projection between
+    in_features and out_features with S no larger than ``max_matrix_bytes`` and the cache budget."""
     return (x.device.type == "cuda" and x.dtype in _DTYPES
-            and x.numel() * x.element_size() < LAUNCH_BOUND_BYTES
-            and in_features * out_features * x.element_size() <= min(MATRIX_MAX_BYTES, backends.dense_cache_bytes))
+            and in_features * out_features * x.element_size() <= min(max_matrix_bytes, backends.dense_cache_bytes))
 
 
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 
 from .. import _buffers, reference, spec
 from .._backend import dot_dtype, multiprocessor_count, triton_interpreting, use_triton
-from . import dense
+from . import choice, dense
 from ._library import LIBRARY, define, register_autocast_like_linear
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -35,12 +35,18 @@ def _num_warps(dtype) -> int:
     return 4 if dtype == torch.float32 else 8
 
 
+#: bfloat16 terms of a float32 input's split per torch.get_float32_matmul_precision(): "highest"
+#: (torch's default) is exact; "high" and "medium" trade bits for speed, as torch.matmul does.
+FP32_PASSES = {"highest": 3, "high": 2, "medium": 1}
+
+
 def _dot_config(dtype):
+    """(FP32_PASSES, DOT_DTYPE) of the kernels for an input of ``dtype``."""
     import triton.language as tl
 
     if dtype == torch.float32:
-        return True, dot_dtype(tl.bfloat16)
-    return False, dot_dtype(tl.float16 if dtype == torch.float16 else tl.bfloat16)
+        return FP32_PASSES[torch.get_float32_matmul_precision()], dot_dtype(tl.bfloat16)
+    return 0, dot_dtype(tl.float16 if dtype == torch.float16 else tl.bfloat16)
 
 
 #: Below this many input bytes a call is bound by its host-side launch, not by the GPU: splitting
@@ -100,13 +106,13 @@ def classic_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nn
                                 x.numel() * x.element_size())
     cols_per_split = math.ceil(math.ceil(d / splits) / block_d) * block_d
     splits = math.ceil(d / cols_per_split)
-    split_fp32, dot_type = _dot_config(x.dtype)
+    fp32_passes, dot_type = _dot_config(x.dtype)
     out, stride_split = _forward_output(n, k, splits, x)
     grid = (math.ceil(n / block_m), math.ceil(k / block_n), splits)
     sparse_jl_forward_kernel[grid](
         x, table, out, n, d, k, nnz, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split, cols_per_split,
-        SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type,
+        FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=num_warps or _num_warps(x.dtype),
     )
     if splits == 1:
@@ -124,13 +130,13 @@ def triton_transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nn
     d = in_features
     table = hash_table(d, k, key0, key1, nnz, column_offset, y.device)
     block_m, block_n, block_d = _block_sizes(n)
-    split_fp32, dot_type = _dot_config(y.dtype)
+    fp32_passes, dot_type = _dot_config(y.dtype)
     z = _buffers.empty((n, d), y.dtype, y.device)
     grid = (math.ceil(n / block_m) * math.ceil(d / block_d),)
     sparse_jl_transpose_kernel[grid](
         y, table, z, n, d, k, nnz, 1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
-        SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type,
+        FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=_num_warps(y.dtype),
     )
     return z
@@ -263,12 +269,12 @@ def _windowed_forward(x, out_features, key0, key1, nnz, column_offset, splits, b
     block_m, width, tiles, splits, per_split = _windowed_grid(
         x, nnz, tables, splits, blocks[0] if blocks else None)
     out, stride_split = _forward_output(n, out_features, splits, x)
-    split_fp32, dot_type = _dot_config(x.dtype)
+    fp32_passes, dot_type = _dot_config(x.dtype)
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
         per_split, tables.windows, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
-        NNZ=nnz, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
+        NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
         num_warps=num_warps or _windowed_num_warps(block_m), **({"num_stages": num_stages} if num_stages else {}),
     )
     if splits == 1:
@@ -283,12 +289,12 @@ def _windowed_transpose(y, in_features, key0, key1, nnz, column_offset):
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
     block_m, width, tiles, splits, per_split = _windowed_grid(y, nnz, tables, summed=False)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
-    split_fp32, dot_type = _dot_config(y.dtype)
+    fp32_passes, dot_type = _dot_config(y.dtype)
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
         y, tables.words, tables.rotations, z, n, in_features, column_offset, tables.group_base,
         tables.groups, per_split, tables.windows, 1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
-        NNZ=nnz, SPLIT_FP32=split_fp32, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
+        NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
         num_warps=_windowed_num_warps(block_m),
     )
     return z
@@ -303,7 +309,7 @@ def _forward_kernel(x: torch.Tensor, out_features: int, key0: int, key1: int, nn
     if x.shape[0] == 0 or x.shape[1] == 0:
         return torch.zeros(x.shape[0], out_features, dtype=x.dtype, device=x.device)
     if use_triton(backend, x, supports_dtype=x.dtype in _KERNEL_DTYPES):
-        if dense.chosen(x, x.shape[1], out_features):
+        if choice.algorithm(x, x.shape[1], out_features, nnz, key0, key1, column_offset) == choice.DENSE:
             return dense.forward(x, out_features, key0, key1, nnz, column_offset)
         return triton_forward(x, out_features, key0, key1, nnz, column_offset)
     # The op's contract (checked by opcheck against the fake) is a contiguous output, and the
@@ -318,7 +324,8 @@ def _transpose_kernel(y: torch.Tensor, in_features: int, key0: int, key1: int, n
     if y.shape[0] == 0 or in_features == 0:
         return torch.zeros(y.shape[0], in_features, dtype=y.dtype, device=y.device)
     if use_triton(backend, y, supports_dtype=y.dtype in _KERNEL_DTYPES):
-        if dense.chosen(y, in_features, y.shape[1]):
+        if choice.algorithm(y, in_features, y.shape[1], nnz, key0, key1, column_offset,
+                            transpose=True) == choice.DENSE:
             return dense.transpose(y, in_features, key0, key1, nnz, column_offset)
         return triton_transpose(y, in_features, key0, key1, nnz, column_offset)
     with torch.autocast(y.device.type, enabled=False):

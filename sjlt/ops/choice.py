@@ -1,0 +1,100 @@
+"""Which algorithm computes a GPU projection: the Triton kernel of S's layout, or the dense one.
+
+Both compute the same S; they agree to float tolerance. Like cuDNN's algorithm choice, it is
+steered by two flags in :mod:`sjlt.backends`:
+
+- ``deterministic`` (default True): the choice is a fixed rule of the call's configuration, so
+  the same call gives the same bits run to run. The rule (justified by the sweep in
+  benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound inputs whose S
+  is small, and for half-precision inputs with k <= 256 whose S fits the cache budget, where
+  cuBLAS runs near the memory roofline; the kernel otherwise.
+- ``benchmark`` (default False): with ``deterministic=False``, the first call of each
+  configuration times every eligible algorithm and the fastest is used for that configuration for
+  the rest of the process. Timing noise can then pick differently in another run, which is why
+  ``deterministic=True`` takes precedence and the timing is skipped, as cuDNN's documentation says
+  reproducibility needs ``benchmark=False``.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from .. import backends
+from . import dense
+
+#: Inputs below this size are launch-bound on an H100: the GPU time of either algorithm is a few µs,
+#: and the host-side launch decides.
+LAUNCH_BOUND_BYTES = 1 << 21
+#: A launch-bound call reads all of S through the matmul, the kernel only x: beyond this S costs
+#: more to read (and to build once) than the launch saves.
+LAUNCH_BOUND_MATRIX_BYTES = 1 << 22
+#: Half-precision projections up to this k run faster as a cuBLAS matmul than in the kernel.
+HALF_DENSE_MAX_FEATURES = 256
+
+DENSE, KERNEL = "dense", "kernel"
+
+# (direction, n, d, k, nnz, dtype, device, windowed) -> the algorithm timed fastest.
+_BENCHMARKED: dict = {}
+
+
+def algorithm(x: torch.Tensor, in_features: int, out_features: int, nnz: int, key0: int, key1: int,
+              column_offset: int, transpose: bool = False) -> str:
+    """DENSE or KERNEL for the (n, .) CUDA input ``x`` (x is (n, d), or (n, k) for the transpose)."""
+    rule = _rule(x, in_features, out_features)
+    if backends.deterministic or not backends.benchmark:
+        return rule
+    if not dense.eligible(x, in_features, out_features, backends.dense_cache_bytes):
+        return KERNEL
+    key = ("transpose" if transpose else "forward", x.shape[0], in_features, out_features, nnz, x.dtype, x.device)
+    winner = _BENCHMARKED.get(key)
+    if winner is None:
+        if torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling():
+            return rule  # no timing inside a graph; the rule until an eager call has timed it
+        winner = _time_and_pick(x, in_features, out_features, nnz, key0, key1, column_offset, transpose)
+        _BENCHMARKED[key] = winner
+    return winner
+
+
+def _rule(x: torch.Tensor, in_features: int, out_features: int) -> str:
+    if x.numel() * x.element_size() < LAUNCH_BOUND_BYTES and dense.eligible(
+            x, in_features, out_features, LAUNCH_BOUND_MATRIX_BYTES):
+        return DENSE
+    if (x.dtype in (torch.float16, torch.bfloat16) and out_features <= HALF_DENSE_MAX_FEATURES
+            and dense.eligible(x, in_features, out_features, backends.dense_cache_bytes)):
+        return DENSE
+    return KERNEL
+
+
+def _time_and_pick(x, in_features, out_features, nnz, key0, key1, column_offset, transpose) -> str:
+    from .sparse_jl import triton_forward, triton_transpose
+
+    if transpose:
+        candidates = {DENSE: lambda: dense.transpose(x, in_features, key0, key1, nnz, column_offset),
+                      KERNEL: lambda: triton_transpose(x, in_features, key0, key1, nnz, column_offset)}
+    else:
+        candidates = {DENSE: lambda: dense.forward(x, out_features, key0, key1, nnz, column_offset),
+                      KERNEL: lambda: triton_forward(x, out_features, key0, key1, nnz, column_offset)}
+    times = {name: time_ms(run) for name, run in candidates.items()}
+    return min(times, key=times.get)
+
+
+def time_ms(run, repeats: int = 5) -> float:
+    """Median milliseconds of ``run`` on the current stream after one warm-up call (which also
+    compiles the kernel or builds the dense S)."""
+    with torch.no_grad():
+        run()
+        times = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def clear_benchmarks() -> None:
+    """Forgets every timed choice (tests; or after changing the flags)."""
+    _BENCHMARKED.clear()
