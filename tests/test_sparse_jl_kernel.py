@@ -125,7 +125,7 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
 
 def test_algorithm_rule(monkeypatch):
     """The fixed rule of sjlt.ops.choice: dense for launch-bound inputs with a small S and for half
-    types with k <= 256 within the cache budget; the kernel otherwise, and always off CUDA."""
+    types with k <= 512 within the cache budget; the kernel otherwise, and always off CUDA."""
     from sjlt import backends
     from sjlt.ops import choice
 
@@ -137,7 +137,8 @@ def test_algorithm_rule(monkeypatch):
     assert pick(64, 1024, 8192, torch.float32) == choice.KERNEL  # S = 32 MiB: too big to read per call
     assert pick(2**20, 1024, 256, torch.float32) == choice.KERNEL
     assert pick(2**20, 1024, 256, torch.bfloat16) == choice.DENSE
-    assert pick(2**20, 1024, 512, torch.bfloat16) == choice.KERNEL
+    assert pick(2**20, 1024, 512, torch.float16) == choice.DENSE
+    assert pick(2**20, 1024, 1024, torch.bfloat16) == choice.KERNEL
     assert pick(2**20, 1024, 256, torch.float64) == choice.KERNEL
     monkeypatch.setattr(backends, "dense_cache_bytes", 0)
     assert pick(64, 1024, 256, torch.float32) == choice.KERNEL  # the dense algorithm turned off

@@ -1,0 +1,107 @@
+"""The sweep behind sjlt's algorithm rule (sjlt/ops/choice.py), and the float32 precision modes.
+
+    python benchmarks/bench_algorithms.py [--out FILE]
+
+For each shape and dtype: the Triton kernel of the default layout and the dense algorithm (a cached
++-1 matrix of the same S, one cuBLAS addmm) timed side by side (triton.testing.do_bench medians
+after warm-up, random data), the faster one, and what the fixed rule picks. Then float32 under
+each torch.get_float32_matmul_precision() mode: time and max relative error against float64.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from sjlt import backends, reference, spec
+from sjlt.ops import choice, dense
+from sjlt.ops import sparse_jl as ops
+
+SEED = 11
+SHAPES = [(2**20, 1024), (2**18, 4096), (2**16, 1024), (4096, 1024), (64, 1024)]
+FEATURES = (64, 128, 256, 512, 1024)
+
+
+def bench(fn) -> float:
+    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def copy_bandwidth() -> float:
+    src = torch.randn(2**28, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / (bench(lambda: dst.copy_(src)) * 1e-3)
+
+
+def sweep(lines: list[str], bw: float) -> None:
+    lines += ["## Algorithm choice: kernel against dense cuBLAS (forward and transpose, default nnz)", "",
+              "| dtype | n | d | k | floor ms | kernel ms | dense ms | transpose kernel ms | transpose dense ms | faster (fwd/T) | rule picks | rule right |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    key0, key1 = spec.philox_key(SEED)
+    right = total = 0
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for n, d in SHAPES:
+            x = torch.randn(n, d, device="cuda", dtype=dtype)
+            for k in FEATURES:
+                nnz = spec.resolve_nnz(None, k)
+                y = torch.randn(n, k, device="cuda", dtype=dtype)
+                floor = (n * d + n * k) * x.element_size() / bw * 1e3
+                kernel = bench(lambda: ops.triton_forward(x, k, key0, key1, nnz, 0))
+                kernel_t = bench(lambda: ops.triton_transpose(y, d, key0, key1, nnz, 0))
+                fits = d * k * x.element_size() <= backends.dense_cache_bytes
+                dense_ms = bench(lambda: dense.forward(x, k, key0, key1, nnz, 0)) if fits else float("nan")
+                dense_t = bench(lambda: dense.transpose(y, d, key0, key1, nnz, 0)) if fits else float("nan")
+                faster = "/".join("dense" if b < a else "kernel" for a, b in ((kernel, dense_ms), (kernel_t, dense_t)))
+                pick = choice._rule(x, d, k)
+                ok = pick == ("dense" if dense_ms < kernel else "kernel")
+                right += ok
+                total += 1
+                lines.append(f"| {str(dtype)[6:]} | {n} | {d} | {k} | {floor:.3f} | {kernel:.3f} | {dense_ms:.3f} | "
+                             f"{kernel_t:.3f} | {dense_t:.3f} | {faster} | {pick} | {'yes' if ok else 'NO'} |")
+                dense.clear_cache()
+    lines += ["", f"The rule picks the faster forward algorithm in {right} of {total} configurations.", ""]
+
+
+def precision(lines: list[str], bw: float) -> None:
+    lines += ["## float32 precision modes (kernel, default nnz)", "",
+              "| n | d | k | mode | bf16 passes | ms | % of memory floor | max rel. error vs float64 |",
+              "|---|---|---|---|---|---|---|---|"]
+    key0, key1 = spec.philox_key(SEED)
+    previous = torch.get_float32_matmul_precision()
+    for n, d, k in [(2**20, 1024, 256), (2**20, 1024, 1024), (2**18, 4096, 4096)]:
+        x = torch.randn(n, d, device="cuda")
+        nnz = spec.resolve_nnz(None, k)
+        rows = torch.arange(0, n, n // 64, device="cuda")
+        want = reference.sparse_jl_forward(x[rows].double(), k, seed=SEED, nnz=nnz)
+        floor = (n * d + n * k) * 4 / bw * 1e3
+        for mode, passes in ops.FP32_PASSES.items():
+            torch.set_float32_matmul_precision(mode)
+            ms = bench(lambda: ops.triton_forward(x, k, key0, key1, nnz, 0))
+            got = ops.triton_forward(x, k, key0, key1, nnz, 0)[rows].double()
+            error = float((got - want).abs().max() / want.abs().max())
+            lines.append(f"| {n} | {d} | {k} | {mode} | {passes} | {ms:.3f} | {100 * floor / ms:.0f}% | {error:.1e} |")
+    torch.set_float32_matmul_precision(previous)
+    lines.append("")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    bw = copy_bandwidth()
+    lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+             f"{datetime.date.today()}, copy {bw / 1e9:.0f} GB/s. `python benchmarks/bench_algorithms.py`", ""]
+    sweep(lines, bw)
+    precision(lines, bw)
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as handle:
+            handle.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
