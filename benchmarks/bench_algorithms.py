@@ -19,6 +19,7 @@ from triton.testing import do_bench
 from sjlt import backends, reference, spec
 from sjlt.ops import choice, dense
 from sjlt.ops import sparse_jl as ops
+from sjlt.ops._launch import FP32_PASSES
 
 SEED = 11
 SHAPES = [(2**20, 1024), (2**18, 4096), (2**16, 1024), (4096, 1024), (64, 1024)]
@@ -76,7 +77,7 @@ def precision(lines: list[str], bw: float) -> None:
         rows = torch.arange(0, n, n // 64, device="cuda")
         want = reference.sparse_jl_forward(x[rows].double(), k, seed=SEED, nnz=nnz)
         floor = (n * d + n * k) * 4 / bw * 1e3
-        for mode, passes in ops.FP32_PASSES.items():
+        for mode, passes in FP32_PASSES.items():
             torch.set_float32_matmul_precision(mode)
             ms = bench(lambda: ops.triton_forward(x, k, key0, key1, nnz, 0))
             got = ops.triton_forward(x, k, key0, key1, nnz, 0)[rows].double()

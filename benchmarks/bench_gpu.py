@@ -24,7 +24,8 @@ from triton.testing import do_bench
 import sjlt
 from sjlt import functional as F
 from sjlt import reference, spec
-from sjlt.ops import sparse_jl as sjl_ops
+from sjlt.ops import classic, windowed
+from sjlt.ops._launch import Tiling
 
 SJLT_SHAPES = [  # (n, d, k): issue #4's targets
     (2**20, 1024, 64), (2**20, 1024, 256), (2**20, 1024, 1024),
@@ -79,7 +80,7 @@ def sjlt_section(bw: float, lines: list[str]) -> None:
             layout = f"{'windowed' if spec.is_windowed(k, nnz) else 'classic'}, {nnz}"
             classic_ms = None
             if n * d * k <= 2**41:  # the one-hot kernel needs minutes beyond this
-                classic_ms = bench(lambda: sjl_ops.classic_forward(x, k, 1, 2, nnz, 0), warmup=2, rep=5)
+                classic_ms = bench(lambda: classic.forward(x, k, 1, 2, nnz, 0), warmup=2, rep=5)
             dense_ms = csr_ms = ia_ms = None
             if d * k * item <= DENSE_LIMIT_BYTES:
                 s_dense = F.sparse_jl_matrix(d, k, seed=SEED, device="cuda", dtype=dtype).to_dense()
@@ -161,8 +162,8 @@ def sweep_section(lines: list[str]) -> None:
             nnz = spec.resolve_nnz(None, k)
             for block_m, warps, stages, splits in configs:
                 try:
-                    ms = bench(lambda: sjl_ops.triton_forward(x, k, 1, 2, nnz, 0, splits=splits, blocks=(block_m,),
-                                                              num_warps=warps, num_stages=stages), warmup=5, rep=20)
+                    ms = bench(lambda: windowed.forward(x, k, 1, 2, nnz, 0, Tiling(splits=splits, blocks=(block_m,),
+                                                                              num_warps=warps, num_stages=stages)), warmup=5, rep=20)
                     ms = f"{ms:.3f}"
                 except Exception as exc:  # out of shared memory / registers for this tiling
                     ms = f"failed: {type(exc).__name__}"

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from sjlt import reference, spec
+from sjlt.ops import classic, windowed
 from sjlt.ops import sparse_jl as ops
+from sjlt.ops._launch import Tiling
 
 # Max |kernel - float64 reference| / max |reference|. float32 must be float32-accurate (the issue's
 # 1e-5 bar); half types are bounded by rounding the output to 8 (bf16) or 11 (fp16) bits.
@@ -56,7 +58,8 @@ def test_forward_column_splits_match_reference(kernel_device, rng, splits, k):
     """The split-d path (few rows, long rows) sums its partial tiles in a fixed order."""
     x = torch.randn(6, 700, generator=rng)
     want = reference.sparse_jl_forward(x.double(), k, seed=5, nnz=8)
-    got = ops.triton_forward(x.to(kernel_device), k, *_key(5), 8, 0, splits=splits)
+    layout = windowed if spec.is_windowed(k, 8) else classic
+    got = layout.forward(x.to(kernel_device), k, *_key(5), 8, 0, Tiling(splits=splits))
     assert _relative_error(got, want) <= TOLERANCE[torch.float32]
 
 
@@ -87,8 +90,9 @@ def test_forward_is_bitwise_deterministic(kernel_device, rng, k):
     x = torch.randn(50, 333, generator=rng).to(kernel_device)
     first = ops.triton_forward(x, k, *_key(11), 8, 0)
     assert torch.equal(first, ops.triton_forward(x, k, *_key(11), 8, 0))
-    split = ops.triton_forward(x, k, *_key(11), 8, 0, splits=3)
-    assert torch.equal(split, ops.triton_forward(x, k, *_key(11), 8, 0, splits=3))
+    layout = windowed if spec.is_windowed(k, 8) else classic
+    split = layout.forward(x, k, *_key(11), 8, 0, Tiling(splits=3))
+    assert torch.equal(split, layout.forward(x, k, *_key(11), 8, 0, Tiling(splits=3)))
 
 
 @pytest.mark.parametrize("k", [15, 16])  # classic, windowed

@@ -1,0 +1,141 @@
+"""Launchers of the windowed layout's kernels (spec v2, k = 16 * A * nnz) and its per-call tables."""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from .. import _buffers, spec
+from .._backend import triton_interpreting
+from ._launch import Tiling, dot_config, forward_output, splits_to_fill, sum_splits
+
+
+class WindowTables(NamedTuple):
+    """Per-call tables of the windowed layout for whole groups [group_base, group_base + groups)."""
+    words: torch.Tensor  # (groups * windows, nnz) int32: mask and signs of each (chunk, block)
+    rotations: torch.Tensor  # (groups,) int32: R_g
+    group_base: int
+    groups: int
+    windows: int
+
+
+# Tables of recent small calls, reused: for a 1 x 1024 input the table launch is a third of the
+# call. Only small tables are kept (they are O(in_features)), and none made during CUDA-graph
+# capture, whose memory belongs to the graph's pool.
+_TABLE_CACHE: dict = {}
+_TABLE_CACHE_ENTRIES = 16
+_TABLE_CACHE_MAX_BYTES = 1 << 20
+
+
+def window_tables(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
+                  column_offset: int, device) -> WindowTables:
+    device = torch.device(device)
+    key = (in_features, out_features, key0, key1, nnz, column_offset, device)
+    tables = _TABLE_CACHE.get(key)
+    if tables is None:
+        tables = _make_window_tables(in_features, out_features, key0, key1, nnz, column_offset, device)
+        small = tables.words.numel() * 4 <= _TABLE_CACHE_MAX_BYTES
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if small and not capturing:
+            if len(_TABLE_CACHE) >= _TABLE_CACHE_ENTRIES:
+                _TABLE_CACHE.pop(next(iter(_TABLE_CACHE)))
+            _TABLE_CACHE[key] = tables
+    return tables
+
+
+def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offset, device) -> WindowTables:
+    from ..kernels.sparse_jl_windowed import window_table_kernel
+
+    windows = spec.windows_per_block(out_features, nnz)
+    first_chunk = column_offset // spec.WINDOW
+    last_chunk = (column_offset + in_features - 1) // spec.WINDOW
+    group_base = first_chunk // windows
+    groups = last_chunk // windows - group_base + 1
+    words = _buffers.empty((groups * windows, nnz), torch.int32, device)
+    rotations = _buffers.empty((groups,), torch.int32, device)
+    block = 256
+    window_table_kernel[(math.ceil(groups * windows / block),)](
+        words, rotations, group_base, groups, windows, key0, key1, NNZ=nnz,
+        DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW, DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP, BLOCK=block,
+    )
+    return WindowTables(words, rotations, group_base, groups, windows)
+
+
+def _width(nnz: int) -> int:
+    """Accumulator columns per program: one window per block, padded to a power of two."""
+    return spec.WINDOW * (1 << (nnz - 1).bit_length())
+
+
+def _block_m(n: int, width: int) -> int:
+    """Rows per program: the accumulator is BLOCK_M x width float32, kept near 64 KiB of registers."""
+    if triton_interpreting():
+        return 16
+    rows = 64 if n > 32 else 32 if n > 16 else 16
+    return max(16, min(rows, (64 * 128) // width))
+
+
+def _num_warps(block_m: int) -> int:
+    # The H100 sweep in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
+    # by 5-20%; 32 rows run best with 2 warps.
+    return 4 if block_m >= 64 else 2
+
+
+def _grid(x: torch.Tensor, nnz: int, tables: WindowTables, splits=None, block_m=None,
+                   summed: bool = True):
+    """(BLOCK_M, WIDTH, row tiles * A, splits, groups per split) for the (n, .) input ``x``;
+    ``summed``: whether splits produce partials to be summed (the forward)."""
+    n = x.shape[0]
+    width = _width(nnz)
+    block_m = block_m or _block_m(n, width)
+    tiles = math.ceil(n / block_m) * tables.windows
+    if splits is None:
+        # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
+        # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
+        splits = splits_to_fill(tiles, tables.groups // 16, 8, x.device,
+                                x.numel() * x.element_size() if summed else None)
+    per_split = math.ceil(tables.groups / splits)
+    return block_m, width, tiles, math.ceil(tables.groups / per_split), per_split
+
+
+def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
+            tiling: Tiling = Tiling()) -> torch.Tensor:
+    """Y = x S^T: a program owns window a of every block for a row tile and multiplies, per group,
+    the one chunk that lands there by its signed-permutation tile."""
+    from ..kernels.sparse_jl_windowed import sparse_jl_windowed_forward_kernel
+
+    n, d = x.shape
+    tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
+    block_m, width, tiles, splits, per_split = _grid(
+        x, nnz, tables, tiling.splits, tiling.blocks[0] if tiling.blocks else None)
+    out, stride_split = forward_output(n, out_features, splits, x)
+    fp32_passes, dot_type = dot_config(x.dtype)
+    stages = {"num_stages": tiling.num_stages} if tiling.num_stages else {}
+    sparse_jl_windowed_forward_kernel[(tiles, splits)](
+        x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
+        per_split, tables.windows, 1.0 / math.sqrt(nnz),
+        x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
+        NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
+        num_warps=tiling.num_warps or _num_warps(block_m), **stages,
+    )
+    return sum_splits(out, splits, x.dtype)
+
+
+def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
+              column_offset: int) -> torch.Tensor:
+    """Z = y S: splits own disjoint groups, so every column of Z is written by one program."""
+    from ..kernels.sparse_jl_windowed import sparse_jl_windowed_transpose_kernel
+
+    n, k = y.shape
+    tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
+    block_m, width, tiles, splits, per_split = _grid(y, nnz, tables, summed=False)
+    z = _buffers.empty((n, in_features), y.dtype, y.device)
+    fp32_passes, dot_type = dot_config(y.dtype)
+    sparse_jl_windowed_transpose_kernel[(tiles, splits)](
+        y, tables.words, tables.rotations, z, n, in_features, column_offset, tables.group_base,
+        tables.groups, per_split, tables.windows, 1.0 / math.sqrt(nnz),
+        y.stride(0), y.stride(1), z.stride(0), z.stride(1),
+        NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
+        num_warps=_num_warps(block_m),
+    )
+    return z
