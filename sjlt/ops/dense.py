@@ -17,8 +17,7 @@ from collections import OrderedDict
 import torch
 
 from .. import backends
-
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+from ._launch import KERNEL_DTYPES
 
 _CACHE: "OrderedDict[tuple, torch.Tensor]" = OrderedDict()
 _cached_bytes = 0
@@ -27,7 +26,7 @@ _cached_bytes = 0
 def eligible(x: torch.Tensor, in_features: int, out_features: int, max_matrix_bytes: int) -> bool:
     """Whether the dense algorithm can run the (n, .) CUDA input ``x`` of a projection between
     in_features and out_features with S no larger than ``max_matrix_bytes`` and the cache budget."""
-    return (x.device.type == "cuda" and x.dtype in _DTYPES
+    return (x.device.type == "cuda" and x.dtype in KERNEL_DTYPES
             and in_features * out_features * x.element_size() <= min(max_matrix_bytes, backends.dense_cache_bytes))
 
 
