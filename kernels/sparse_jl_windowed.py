@@ -1,9 +1,10 @@
-"""Windowed sparse JL kernels: Y = X S^T and Z = Y S when S has the windowed layout (spec v2).
+"""Windowed sparse JL kernels: Y = X S^T and Z = Y S when S has the windowed layout (spec v3).
 
 Layout (``docs/spec.md``): k = 16 * A * nnz rows, nnz blocks of A windows of 16 rows. Input columns
 come in chunks of 16; chunk c = g*A + p of group g goes to window (p + R_g) mod A of every block,
 where its 16 columns land on 16 distinct rows: column i on row i XOR m_(c,t), with a sign bit per
-column. One 32-bit word per (chunk, block) holds m (bits 0-3) and the 16 signs (bits 16-31).
+column. One 32-bit word per (chunk, block) holds m (bits 0-3) and the 16 signs (bits 16-31); the
+table kernel computes m, affine in t over GF(16), so the projection kernels only read it.
 
 Why this layout: the window a chunk lands in is the same in every block, so a program that owns
 window a of all blocks (16 * nnz output columns) reads each chunk of its groups exactly once and
@@ -25,6 +26,24 @@ WINDOW = tl.constexpr(16)
 
 
 @triton.jit
+def _gf16_times(a, T: tl.constexpr):
+    """a * T in GF(16) = GF(2)[x] / (x^4 + x + 1), for a uint32 tensor a < 16 and a constant T < 16."""
+    product = tl.zeros_like(a)
+    for bit in tl.static_range(4):
+        if (T >> bit) & 1:
+            product = product ^ a
+        a = ((a << 1) & 15) ^ ((a >> 3) & 1) * 3  # x^4 = x + 1
+    return product
+
+
+@triton.jit
+def _with_mask(word, slope, intercept, T: tl.constexpr):
+    """W_(c,t) with its low 4 bits replaced by the chunk's XOR mask in block t: slope * (t mod 16)
+    XOR intercept (docs/spec.md, 2b)."""
+    return ((word & 0xFFFFFFF0) | (_gf16_times(slope, T % 16) ^ intercept)).to(tl.int32, bitcast=True)
+
+
+@triton.jit
 def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, key0, key1,
                         NNZ: tl.constexpr, DOMAIN_WINDOW: tl.constexpr, DOMAIN_GROUP: tl.constexpr,
                         BLOCK: tl.constexpr):
@@ -36,16 +55,21 @@ def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, k
     lo = (chunk & 0xFFFFFFFF).to(tl.uint32)
     hi = (chunk >> 32).to(tl.uint32)
     zero = tl.zeros_like(lo)
+    # a_c and b_c come from W_(c,0): Philox block 0 of the chunk, computed first.
+    w0, w1, w2, w3 = philox4x32_10(lo, hi, zero, zero + DOMAIN_WINDOW, key0, key1)
+    slope = (w0 >> 4) & 15
+    intercept = w0 & 15
     for quad in tl.static_range(0, (NNZ + 3) // 4):
-        w0, w1, w2, w3 = philox4x32_10(lo, hi, zero + quad, zero + DOMAIN_WINDOW, key0, key1)
+        if quad > 0:
+            w0, w1, w2, w3 = philox4x32_10(lo, hi, zero + quad, zero + DOMAIN_WINDOW, key0, key1)
         base = words_ptr + idx * NNZ + 4 * quad
-        tl.store(base, w0.to(tl.int32, bitcast=True), mask=in_table)
+        tl.store(base, _with_mask(w0, slope, intercept, 4 * quad), mask=in_table)
         if 4 * quad + 1 < NNZ:
-            tl.store(base + 1, w1.to(tl.int32, bitcast=True), mask=in_table)
+            tl.store(base + 1, _with_mask(w1, slope, intercept, 4 * quad + 1), mask=in_table)
         if 4 * quad + 2 < NNZ:
-            tl.store(base + 2, w2.to(tl.int32, bitcast=True), mask=in_table)
+            tl.store(base + 2, _with_mask(w2, slope, intercept, 4 * quad + 2), mask=in_table)
         if 4 * quad + 3 < NNZ:
-            tl.store(base + 3, w3.to(tl.int32, bitcast=True), mask=in_table)
+            tl.store(base + 3, _with_mask(w3, slope, intercept, 4 * quad + 3), mask=in_table)
     group = group_base + idx
     r0, _, _, _ = philox4x32_10((group & 0xFFFFFFFF).to(tl.uint32), (group >> 32).to(tl.uint32),
                                 zero, zero + DOMAIN_GROUP, key0, key1)

@@ -107,13 +107,24 @@ def window_rotations(groups: torch.Tensor, windows: int, seed: int) -> torch.Ten
 
 
 def chunk_words(chunks: torch.Tensor, nnz: int, seed: int) -> torch.Tensor:
-    """(nnz, len(chunks)) uint32 words: block t's word of chunk c is word t mod 4 of
-    Philox(counter=(c mod 2**32, c div 2**32, t div 4, DOMAIN_SPARSE_JL_WINDOW)). Its low 4 bits
-    are the chunk's XOR mask in block t, bit 16 + i the sign of the chunk's column i."""
+    """(nnz, len(chunks)) uint32 words: chunk c's word in block t. W_(c,t) = word t mod 4 of
+    Philox(counter=(c mod 2**32, c div 2**32, t div 4, DOMAIN_SPARSE_JL_WINDOW)); bit 16 + i of it
+    is the sign of the chunk's column i. The low 4 bits are replaced by the chunk's XOR mask in
+    block t, m_(c,t) = (a_c * (t mod 16)) XOR b_c in GF(16), with b_c = bits 0-3 and a_c = bits
+    4-7 of W_(c,0): two chunks whose a differ then collide column by column in at most one of any
+    16 blocks."""
     k0, k1 = spec.philox_key(seed)
     t = torch.arange(nnz, dtype=torch.int64, device=chunks.device)[:, None]
-    words = philox4x32_10(chunks & _MASK32, chunks >> 32, t >> 2, spec.DOMAIN_SPARSE_JL_WINDOW, k0, k1)
-    return _philox_word(words, t & 3)
+    words = _philox_word(philox4x32_10(chunks & _MASK32, chunks >> 32, t >> 2, spec.DOMAIN_SPARSE_JL_WINDOW,
+                                       k0, k1), t & 3)
+    slope, intercept = (words[0] >> 4) & 15, words[0] & 15
+    masks = _GF16_PRODUCTS.to(words.device)[slope, t % 16] ^ intercept
+    return (words & ~15) | masks
+
+
+# GF(16) products, _GF16_PRODUCTS[a, b] = a * b (spec.gf16_multiply): a lookup, obviously the spec's.
+_GF16_PRODUCTS = torch.tensor([[spec.gf16_multiply(a, b) for b in range(16)] for a in range(16)],
+                              dtype=torch.int64)
 
 
 def _philox_word(words, lane: torch.Tensor) -> torch.Tensor:

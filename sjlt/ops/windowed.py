@@ -1,4 +1,4 @@
-"""Launchers of the windowed layout's kernels (spec v2, k = 16 * A * nnz) and its per-call tables."""
+"""Launchers of the windowed layout's kernels (k = 16 * A * nnz, docs/spec.md 2b) and its per-call tables."""
 from __future__ import annotations
 
 import math
