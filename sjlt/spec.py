@@ -20,13 +20,8 @@ DOMAIN_DROPOUT = 0x44524F50
 DOMAIN_SPARSE_JL_WINDOW = 0x534A4C57
 DOMAIN_SPARSE_JL_GROUP = 0x534A4C47
 
-#: Default nonzeros per column of the SJLT (fewer when out_features is small, more from
-#: LARGE_OUT_FEATURES on; see default_nnz).
+#: Default nonzeros per column of the SJLT (fewer when out_features is small, see default_nnz).
 DEFAULT_NNZ = 8
-#: From this out_features on the default nnz is LARGE_NNZ: with 8 nonzeros the p99 distortion of
-#: 8-sparse rows exceeds a Gaussian projection's by more than 10% at k = 4096 (docs/spec.md, 2b).
-LARGE_OUT_FEATURES = 4096
-LARGE_NNZ = 16
 #: The windowed layout's XOR masks are affine in the block index over GF(16) (x^4 + x + 1).
 GF16_POLYNOMIAL = 0b10011
 
@@ -66,13 +61,12 @@ def check_dimension(value, name: str) -> int:
 
 
 def default_nnz(out_features: int) -> int:
-    """out_features / 16 for multiples of 16 below 128 (so that the windowed layout applies); 16
-    from out_features = 4096 on; 8 otherwise (capped at out_features). The layout follows from
-    (out_features, nnz) by :func:`is_windowed`."""
+    """out_features / 16 for multiples of 16 below 128 (so that the windowed layout applies); 8
+    otherwise (capped at out_features). The layout follows from (out_features, nnz) by
+    :func:`is_windowed`. nnz = 16 halves the tail excess at k >= 4096 at twice the GPU cost
+    (docs/spec.md, 2b)."""
     if out_features % WINDOW == 0 and out_features < DEFAULT_NNZ * WINDOW:
         return out_features // WINDOW
-    if out_features >= LARGE_OUT_FEATURES:
-        return LARGE_NNZ
     return min(DEFAULT_NNZ, out_features)
 
 

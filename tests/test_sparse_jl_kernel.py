@@ -23,7 +23,7 @@ SHAPES = [
     (5, 1000, 1024, 8, 7, 2**40 + 3),  # windowed, A = 8
     (9, 77, 48, 3, 2**33 + 5, 6),  # windowed, A = 1, nnz not a power of two
     (130, 40, 32, 2, 0, 31),  # windowed, several row tiles, d < one group
-    (20, 600, 4096, 16, 2**33 + 1, 8),  # the large-k default: windowed, nnz 16, A = 16
+    (20, 600, 4096, 16, 2**33 + 1, 8),  # windowed, nnz 16 (WIDTH 256), A = 16
     (4, 300, 512, 32, 5, 77),  # nnz 32: masks repeat every 16 blocks (t mod 16)
 ]
 
