@@ -20,11 +20,11 @@ import torch
 from .. import __version__
 from .._memory import device_memory, format_bytes, host_memory
 from ..functional import sparse_jl
-from .atomic import atomic_outputs, check_replaceable
-from .device import resolve_device
+from .._device import resolve_device
+from ..io.atomic import atomic_outputs, check_replaceable
+from ..io.formats import expand_inputs, open_source
+from ..io.provenance import EVALUATE_WRITER, PLOT_FORMATS
 from .errors import CLIError
-from .io import expand_inputs, open_source
-from .provenance import EVALUATE_WRITER, PLOT_FORMATS
 
 #: Pairs kept for the scatter panel of the plot; more only blur into a blob.
 SCATTER_PAIRS = 5000
