@@ -16,6 +16,7 @@ import torch
 from sklearn.datasets import load_digits
 
 from sjlt import reference, spec
+from sjlt.metrics import distortion_percentile
 
 POINTS = 160
 SEEDS = range(6)
@@ -37,14 +38,6 @@ def family(name: str, d: int, gen: torch.Generator) -> torch.Tensor:
     return x
 
 
-def p99_distortion(x: torch.Tensor, projected: torch.Tensor) -> float:
-    iu = torch.triu_indices(len(x), len(x), 1)
-    original = torch.cdist(x, x)[iu[0], iu[1]] ** 2
-    mapped = torch.cdist(projected, projected)[iu[0], iu[1]] ** 2
-    keep = original > 0
-    return float(torch.quantile((mapped[keep] / original[keep] - 1).abs(), 0.99))
-
-
 def project(x: torch.Tensor, k: int, seed: int, nnz: int, windowed: bool) -> torch.Tensor:
     d = x.shape[1]
     if windowed:
@@ -62,11 +55,11 @@ def main() -> None:
             x = family(name, d, torch.Generator().manual_seed(2024))
             for k in ks:
                 gen = torch.Generator().manual_seed(7)
-                gaussian = np.mean([p99_distortion(x, x @ (torch.randn(k, d, generator=gen, dtype=torch.float64)
-                                                            / math.sqrt(k)).T) for _ in SEEDS])
+                gaussian = np.mean([distortion_percentile(x, x @ (torch.randn(k, d, generator=gen, dtype=torch.float64)
+                                                                  / math.sqrt(k)).T, 99) for _ in SEEDS])
                 nnz = spec.default_nnz(k)
-                windowed = np.mean([p99_distortion(x, project(x, k, s, nnz, True)) for s in SEEDS])
-                classic = np.mean([p99_distortion(x, project(x, k, s, 8, False)) for s in SEEDS])
+                windowed = np.mean([distortion_percentile(x, project(x, k, s, nnz, True), 99) for s in SEEDS])
+                classic = np.mean([distortion_percentile(x, project(x, k, s, 8, False), 99) for s in SEEDS])
                 print(f"| {name} | {d} | {k} | {nnz} | {windowed / gaussian:.2f} | {classic / gaussian:.2f} | "
                       f"{gaussian:.3f} |", flush=True)
 

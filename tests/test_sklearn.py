@@ -10,7 +10,6 @@ import pytest
 import scipy.sparse as sp
 import sklearn
 import torch
-from scipy.spatial.distance import pdist
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
 from sklearn.datasets import load_digits
@@ -24,6 +23,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import sjlt.functional as F
 from sjlt import reference
+from sjlt.metrics import distortion_percentile
 from sjlt.sklearn import FeatureDropout, SparseJLProjection, seed_from_random_state
 
 HAS_CUDA = torch.cuda.is_available()
@@ -523,13 +523,6 @@ def test_example_script_runs(capsys):
 # Distortion against SparseRandomProjection
 # ------------------------------------------------------------------------------------------
 
-def _p99_distortion(X, Y):
-    """99th percentile over pairs of | ||y_i - y_j||^2 / ||x_i - x_j||^2 - 1 |."""
-    original, projected = pdist(X, "sqeuclidean"), pdist(Y, "sqeuclidean")
-    distinct = original > 0
-    return np.percentile(np.abs(projected[distinct] / original[distinct] - 1), 99)
-
-
 def _dataset(kind, generator, n=100, d=2000):
     if kind == "dense":
         return generator.standard_normal((n, d)), 64
@@ -553,10 +546,10 @@ def test_distortion_no_worse_than_sparse_random_projection(kind, max_ratio):
     generator = np.random.default_rng(20240601)
     X, k = _dataset(kind, generator)
     seeds = range(10)
-    ours = np.mean([_p99_distortion(X, SparseJLProjection(k, random_state=s).fit_transform(X))
+    ours = np.mean([distortion_percentile(X, SparseJLProjection(k, random_state=s).fit_transform(X), 99)
                     for s in seeds])
-    theirs = np.mean([_p99_distortion(X, SparseRandomProjection(k, random_state=s, dense_output=True)
-                                      .fit_transform(X)) for s in seeds])
+    theirs = np.mean([distortion_percentile(X, SparseRandomProjection(k, random_state=s, dense_output=True)
+                                            .fit_transform(X), 99) for s in seeds])
     print(f"\n{kind}: n={X.shape[0]} d={X.shape[1]} k={k}, p99 distortion over 10 seeds: "
           f"SparseJLProjection {ours:.3f}, SparseRandomProjection {theirs:.3f}, ratio {ours / theirs:.2f}")
     assert ours <= theirs * max_ratio

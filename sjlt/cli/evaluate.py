@@ -1,7 +1,7 @@
 """``sjlt evaluate``: how well does each k preserve this data? Measured on a sample of rows.
 
 For each k: the distortion of squared pairwise distances, |‖Sx − Sy‖² / ‖x − y‖² − 1| (median
-and 99th percentile over all pairs of the sample), the recall of the exact nearest neighbours
+and 99th percentile over all pairs of the sample, :mod:`sjlt.metrics`), the recall of the exact nearest neighbours
 (the share of each row's true neighbours still among its neighbours after projection), and the
 eps the Johnson-Lindenstrauss bound guarantees for n = sample size, for comparison.
 """
@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from .. import __version__
+from .._device import resolve_device
 from .._memory import device_memory, format_bytes, host_memory
 from ..functional import sparse_jl
-from .._device import resolve_device
+from ..metrics import distinct_pairs, jl_bound_eps, pair_distortion, squared_distances
 from ..io.atomic import atomic_outputs, check_replaceable
 from ..io.formats import expand_inputs, open_source
 from ..io.provenance import EVALUATE_WRITER, PLOT_FORMATS
@@ -53,24 +54,6 @@ class Scatter:
     projected: np.ndarray
 
 
-def jl_bound_eps(n_samples: int, k: int) -> float | None:
-    """The eps of the JL bound at k: the eps for which
-    ``sklearn.random_projection.johnson_lindenstrauss_min_dim(n_samples, eps=eps)`` is k, i.e.
-    the root in (0, 1) of k = 4 ln n / (eps²/2 − eps³/3). None when there is none: eps²/2 −
-    eps³/3 rises from 0 to 1/6 on (0, 1), so k < 24 ln n leaves the bound vacuous."""
-    target = 4.0 * math.log(n_samples) / k
-    if target >= 1.0 / 6.0:
-        return None
-    low, high = 0.0, 1.0
-    for _ in range(200):  # bisection on an increasing function; 200 halvings reach float precision
-        middle = (low + high) / 2
-        if middle * middle / 2 - middle ** 3 / 3 < target:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
-
-
 def _nearest(squared: torch.Tensor, neighbors: int) -> torch.Tensor:
     """Indices of each row's nearest other rows (the row itself excluded)."""
     squared = squared.clone()
@@ -83,29 +66,26 @@ def evaluate_sample(x: torch.Tensor, dims: list[int], *, seed: int, nnz: int | N
                     scatter_seed: int = 0) -> tuple[list[DimensionReport], Scatter | None]:
     """The per-k quality of projecting the rows of ``x`` (m, d). Memory grows as m²."""
     m = x.shape[0]
-    original = torch.cdist(x.double(), x.double()).pow_(2)
-    upper = torch.triu_indices(m, m, offset=1, device=x.device)
-    original_pairs = original[upper[0], upper[1]]
-    distinct = original_pairs > 0  # identical rows have no ratio to preserve
-    if not distinct.any():
+    original = squared_distances(x)
+    distinct_count = distinct_pairs(original, original)[0].numel()
+    if not distinct_count:  # identical rows have no ratio to preserve
         raise CLIError("every sampled row is identical; there are no distances to compare")
     true_neighbors = _nearest(original, neighbors)
-    pair_pick = torch.randperm(int(distinct.sum()), generator=torch.Generator().manual_seed(scatter_seed))
+    pair_pick = torch.randperm(distinct_count, generator=torch.Generator().manual_seed(scatter_seed))
     pair_pick = pair_pick[:SCATTER_PAIRS].to(x.device)
     reports, scatter = [], None
     for k in dims:
-        y = sparse_jl(x, k, seed=seed, nnz=nnz).double()
-        projected = torch.cdist(y, y).pow_(2)
-        projected_pairs = projected[upper[0], upper[1]]
-        distortion = ((projected_pairs[distinct] / original_pairs[distinct]) - 1).abs()
+        projected = squared_distances(sparse_jl(x, k, seed=seed, nnz=nnz))
+        distortion = pair_distortion(original, projected)
         p50, p99 = np.percentile(distortion.cpu().numpy(), [50, 99])
+        del distortion
         found = _nearest(projected, neighbors)
         hits = (true_neighbors[:, :, None] == found[:, None, :]).any(dim=2).sum().item()
         reports.append(DimensionReport(k=k, distortion_p50=float(p50), distortion_p99=float(p99),
                                        recall=hits / (m * neighbors), jl_bound_eps=jl_bound_eps(m, k)))
         if k == scatter_k:
-            scatter = Scatter(k, original_pairs[distinct][pair_pick].cpu().numpy(),
-                              projected_pairs[distinct][pair_pick].cpu().numpy())
+            before, after = distinct_pairs(original, projected)
+            scatter = Scatter(k, before[pair_pick].cpu().numpy(), after[pair_pick].cpu().numpy())
     return reports, scatter
 
 
