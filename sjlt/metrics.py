@@ -1,5 +1,5 @@
-"""How well a projection preserves distances: the measures behind ``sjlt evaluate``, the
-quality tests and ``benchmarks/quality.py``, in one place.
+"""How well a projection preserves distances: the measures behind ``sjlt evaluate``
+(:func:`evaluate_sample`), the quality tests and ``benchmarks/quality.py``, in one place.
 
 The distortion of a pair (x_i, x_j) projected to (y_i, y_j) is
 ``|‖y_i − y_j‖² / ‖x_i − x_j‖² − 1|``, over the pairs i < j whose original distance is nonzero
@@ -8,12 +8,16 @@ The distortion of a pair (x_i, x_j) projected to (y_i, y_j) is
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from .functional import sparse_jl
+
 __all__ = ["squared_distances", "distinct_pairs", "pair_distortion", "pairwise_distortion",
-           "distortion_percentile", "jl_bound_eps"]
+           "distortion_percentile", "jl_bound_eps", "nearest_neighbors", "evaluate_sample",
+           "DimensionReport", "Scatter"]
 
 
 def squared_distances(x) -> torch.Tensor:
@@ -76,3 +80,70 @@ def jl_bound_eps(n_samples: int, k: int) -> float | None:
         else:
             high = middle
     return (low + high) / 2
+
+
+#: Pairs kept for the scatter panel of the plot; more only blur into a blob.
+SCATTER_PAIRS = 5000
+#: Bytes per pair of sampled rows that evaluate_sample holds at its peak: the float64 distance
+#: matrices before and after projecting and a copy of one, the int64 indices of the upper
+#: triangle, the pair vectors, mask and distortions. Measured peak on CPU: 57-63 bytes per pair
+#: (sample 4000-6000 rows, 2 dims).
+BYTES_PER_PAIR = 64
+
+
+@dataclass(frozen=True)
+class DimensionReport:
+    k: int
+    distortion_p50: float
+    distortion_p99: float
+    recall: float
+    jl_bound_eps: float | None  # None: the bound guarantees nothing at this k (eps >= 1)
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """Squared distances of a random subset of pairs, before and after projecting to k."""
+
+    k: int
+    original: np.ndarray
+    projected: np.ndarray
+
+
+def nearest_neighbors(squared: torch.Tensor, neighbors: int) -> torch.Tensor:
+    """Indices (m, neighbors) of each row's nearest other rows, from the (m, m) matrix of
+    :func:`squared_distances` (the row itself excluded)."""
+    squared = squared.clone()
+    squared.fill_diagonal_(math.inf)
+    return squared.topk(neighbors, dim=1, largest=False).indices
+
+
+def evaluate_sample(x: torch.Tensor, dims: list[int], *, seed: int, nnz: int | None,
+                    neighbors: int, scatter_k: int | None = None,
+                    scatter_seed: int = 0) -> tuple[list[DimensionReport], Scatter | None]:
+    """The quality of projecting the rows of ``x`` (m, d) to each k of ``dims`` with the matrix of
+    ``seed``: the median and 99th percentile of :func:`pair_distortion`, the recall of each row's
+    ``neighbors`` nearest neighbours, and :func:`jl_bound_eps`; with ``scatter_k``, also
+    :data:`SCATTER_PAIRS` random pairs' distances at that k (drawn with ``scatter_seed``).
+    Memory grows as m² (:data:`BYTES_PER_PAIR`). What ``sjlt evaluate`` reports."""
+    m = x.shape[0]
+    original = squared_distances(x)
+    distinct_count = distinct_pairs(original, original)[0].numel()
+    if not distinct_count:  # identical rows have no ratio to preserve
+        raise ValueError("every sampled row is identical; there are no distances to compare")
+    true_neighbors = nearest_neighbors(original, neighbors)
+    pair_pick = torch.randperm(distinct_count, generator=torch.Generator().manual_seed(scatter_seed))
+    pair_pick = pair_pick[:SCATTER_PAIRS].to(x.device)
+    reports, scatter = [], None
+    for k in dims:
+        projected = squared_distances(sparse_jl(x, k, seed=seed, nnz=nnz))
+        distortion = pair_distortion(original, projected)
+        p50, p99 = np.percentile(distortion.cpu().numpy(), [50, 99])
+        del distortion
+        found = nearest_neighbors(projected, neighbors)
+        hits = (true_neighbors[:, :, None] == found[:, None, :]).any(dim=2).sum().item()
+        reports.append(DimensionReport(k=k, distortion_p50=float(p50), distortion_p99=float(p99),
+                                       recall=hits / (m * neighbors), jl_bound_eps=jl_bound_eps(m, k)))
+        if k == scatter_k:
+            before, after = distinct_pairs(original, projected)
+            scatter = Scatter(k, before[pair_pick].cpu().numpy(), after[pair_pick].cpu().numpy())
+    return reports, scatter

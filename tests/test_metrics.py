@@ -6,6 +6,7 @@ import pytest
 import torch
 from scipy.spatial.distance import pdist
 
+import sjlt
 from sjlt import metrics
 
 
@@ -42,3 +43,18 @@ def test_distinct_pairs_are_the_nonzero_upper_triangle():
 def test_jl_bound_eps_is_none_below_24_ln_n():
     assert metrics.jl_bound_eps(1000, 100) is None
     assert 0 < metrics.jl_bound_eps(1000, 2000) < 1
+
+
+def test_nearest_neighbors_excludes_the_row_itself():
+    x = torch.tensor([[0.0], [1.0], [3.0], [7.0]])
+    assert metrics.nearest_neighbors(metrics.squared_distances(x), 1).flatten().tolist() == [1, 0, 1, 2]
+
+
+def test_evaluate_sample_reports_each_k_and_refuses_identical_rows():
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((60, 32)).astype(np.float32))
+    reports, scatter = metrics.evaluate_sample(x, [8, 16], seed=1, nnz=None, neighbors=3, scatter_k=16)
+    assert [r.k for r in reports] == [8, 16] and scatter.k == 16 and len(scatter.original) == 60 * 59 // 2
+    y = sjlt.sparse_jl(x, 16, seed=1)
+    assert reports[1].distortion_p99 == pytest.approx(metrics.distortion_percentile(x, y, 99), rel=1e-12)
+    with pytest.raises(ValueError, match="every sampled row is identical"):
+        metrics.evaluate_sample(torch.ones(5, 4), [4], seed=0, nnz=None, neighbors=2)
