@@ -89,9 +89,12 @@ def _shape_proxy(shape, dtype) -> np.ndarray:
 
 
 def _numpy_dtype_of(tensor: torch.Tensor) -> np.dtype:
-    if tensor.dtype == torch.bfloat16:  # numpy has none; any real float reads the same here
-        return np.dtype(np.float32)
-    return torch.empty(0, dtype=tensor.dtype).numpy().dtype
+    """The numpy dtype that stands for the tensor's in :func:`_shape_proxy`: its own, or float64
+    where numpy has none (bfloat16, float8: real numbers that become floats either way)."""
+    try:
+        return torch.empty(0, dtype=tensor.dtype).numpy().dtype
+    except TypeError:
+        return np.dtype(np.float64)
 
 
 def _check_tensor(X: torch.Tensor, estimator, *, reset: bool | None) -> torch.Tensor:

@@ -10,8 +10,9 @@ blocks they must not cut), :mod:`.provenance` (the record every output carries, 
 recognises its own files), :mod:`.atomic` (outputs that appear whole or not at all),
 :mod:`.arrow`, :mod:`.npy`, :mod:`.parquet`, :mod:`.formats` (readers and writers),
 :mod:`.pipeline` (read-ahead and write-behind threads), :mod:`.rows` (the one host<->device
-pipeline), :mod:`.project` (one file, with its size checks) and :mod:`.cluster` (many files on
-a Dask cluster). Problems the caller can fix raise :class:`FileProjectionError`.
+pipeline, also behind scikit-learn's dense inputs), :mod:`.blocks` (the same for dask arrays),
+:mod:`.project` (one file, with its size checks) and :mod:`.cluster` (many files on a Dask
+cluster). Problems the caller can fix raise :class:`FileProjectionError`.
 
 Importing this package is cheap (no numpy, no torch): each public name is imported on first use.
 """
