@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sjlt.cli.project import Settings, project_file
+from sjlt.io import Settings, project_file
 
 
 def write_input(path: Path, rows: int, features: int) -> None:

@@ -10,7 +10,8 @@ after a change of seed or k, and only redoes what changed. Each output is writte
 (temporary file, fsync, rename): an interrupted run leaves whole shards or none.
 
 ``--make-store N`` first writes a small synthetic store (N shards) to try it on.
-Built on the functions behind ``sjlt project``: project_file, project_on_cluster, read_metadata.
+Built on the file-projection layer behind ``sjlt project``, :mod:`sjlt.io`: project_file,
+project_on_cluster and read_provenance.
 """
 from __future__ import annotations
 
@@ -24,10 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sjlt import spec
-from sjlt.cli.cluster import project_on_cluster
-from sjlt.cli.errors import CLIError
-from sjlt.cli.parquet import read_metadata
-from sjlt.cli.project import Settings, project_file
+from sjlt.io import FileProjectionError, Settings, project_file, project_on_cluster, read_provenance
 
 
 def up_to_date(shard: Path, output: Path, settings: Settings) -> bool:
@@ -35,7 +33,7 @@ def up_to_date(shard: Path, output: Path, settings: Settings) -> bool:
     if not output.exists():
         return False
     try:
-        recorded = read_metadata(output)
+        recorded = read_provenance(output)
     except (OSError, pa.ArrowException):
         return False  # unreadable: make it again
     if recorded is None:
@@ -87,10 +85,10 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     try:
         if args.scheduler:
-            results = project_on_cluster(pending, settings, args.scheduler, quiet=True) if pending else []
+            results = project_on_cluster(pending, settings, args.scheduler) if pending else []
         else:
             results = [project_file(shard, output, settings) for shard, output in pending]
-    except CLIError as error:
+    except FileProjectionError as error:
         print(f"parquet_batch: error: {error}", file=sys.stderr)
         return 1
     rows = sum(r.rows for r in results)

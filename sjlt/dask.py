@@ -12,46 +12,11 @@ on its worker's GPU when that worker has one (decided on the worker, not on the 
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from . import spec
-
-_FLOAT_DTYPES = (np.float16, np.float32, np.float64)
-
-
-def _check_device(device) -> str:
-    if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    return device
-
-
-def _worker_device(device: str):
-    """The torch device of this task, resolved where the task runs."""
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device={device!r} but this Dask worker has no CUDA GPU; use "
-                           f"device='auto' to run on the GPU only where there is one")
-    return torch.device(device)
-
-
-def project_block(block, out_features: int, seed: int, nnz: int, device: str) -> np.ndarray:
-    """Projects the rows of one numpy block (rows, features) to ``out_features`` columns."""
-    import torch
-
-    from .functional import sparse_jl
-
-    array = np.asarray(block)
-    with warnings.catch_warnings():
-        # Blocks may be read-only (memory maps, shared buffers); the projection only reads.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        x = torch.from_numpy(array)
-    y = sparse_jl(x.to(_worker_device(device)), out_features, seed=seed, nnz=nnz)
-    return np.ascontiguousarray(y.cpu().numpy())
+from ._device import check_device
+from .io.blocks import map_row_blocks, project_block
 
 
 def output_column_names(out_features: int) -> list[str]:
@@ -63,24 +28,19 @@ def _project_array(data, k: int, seed: int, nnz: int, device: str):
     if data.ndim != 2:
         raise ValueError(f"project takes a 2-D (rows, features) dask array, got {data.ndim}-D "
                          f"with shape {data.shape}; reshape it to (rows, features)")
-    if data.dtype.type not in _FLOAT_DTYPES:
+    if data.dtype.name not in spec.NUMPY_FLOAT_DTYPES:
         raise TypeError(f"project needs a floating-point dask array (float16/32/64), got "
                         f"{data.dtype}; convert it first, e.g. X.astype('float32')")
     if data.shape[1] == 0 or data.shape[1] != data.shape[1]:  # 0 or NaN (unknown) features
         raise ValueError(f"the feature axis must have a known, nonzero length; got shape "
                          f"{data.shape} (call X.compute_chunk_sizes() if it is unknown)")
-    if len(data.chunks[1]) > 1:
-        # Each task needs whole rows: one chunk across the features, row chunks unchanged.
-        data = data.rechunk({1: -1})
-    return data.map_blocks(project_block, k, seed, nnz, device, dtype=data.dtype,
-                           chunks=(data.chunks[0], (k,)), meta=np.empty((0, 0), data.dtype),
-                           token="sjlt-project")
+    return map_row_blocks(data, k, seed=seed, nnz=nnz, device=device)
 
 
 def _list_column_matrix(series, out_name: str) -> np.ndarray:
     import pyarrow as pa
 
-    from .cli.arrow import list_column_to_matrix
+    from .io.arrow import list_column_to_matrix
 
     try:
         arrow = pa.array(series, from_pandas=True)
@@ -92,7 +52,7 @@ def _list_column_matrix(series, out_name: str) -> np.ndarray:
 def _project_list_partition(part, column: str, k: int, seed: int, nnz: int, device: str):
     import pandas as pd
 
-    from .cli.arrow import matrix_to_list_column
+    from .io.arrow import matrix_to_list_column
 
     matrix = _list_column_matrix(part[column], column)
     projected = project_block(matrix, k, seed, nnz, device) if len(part) else \
@@ -118,12 +78,11 @@ def _project_numeric_partition(part, k: int, seed: int, nnz: int, device: str, d
 
 def _is_list_candidate(dtype) -> bool:
     import pandas as pd
-    import pyarrow as pa
 
     if isinstance(dtype, pd.ArrowDtype):
-        arrow_type = dtype.pyarrow_dtype
-        return (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
-                or pa.types.is_fixed_size_list(arrow_type))
+        from .io.arrow import is_list_type
+
+        return is_list_type(dtype.pyarrow_dtype)
     return dtype == object  # dask.dataframe.read_parquet gives list columns object dtype
 
 
@@ -179,12 +138,12 @@ def project(data, n_components, *, seed, nnz=None, device="auto"):
 
     Results equal :func:`sjlt.sparse_jl` on the same rows in memory (same dtype, accumulated in
     float32, float64 for float64). ``device``: 'auto' (each worker's GPU when it has one), 'cpu',
-    'cuda' or 'cuda:N'. Blocks must be numpy arrays.
+    'cuda', 'cuda:N' or a torch.device (see :mod:`sjlt._device`). Blocks must be numpy arrays.
     """
     k = spec.check_dimension(n_components, "n_components")
     seed = spec.check_seed(seed)
     nnz = spec.resolve_nnz(nnz, k)
-    device = _check_device(device)
+    device = str(check_device(device))  # a name: resolved on each worker, where the task runs
     try:
         import dask.array as da
     except ImportError:

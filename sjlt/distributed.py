@@ -26,12 +26,12 @@ import torch.distributed as dist
 
 from . import functional as F
 from . import spec
+from ._dtypes import TORCH_COMPLEX_DTYPES, TORCH_FLOAT_DTYPES
 
 __all__ = ["sparse_jl_sharded", "sparse_jl_row_sharded"]
 
 # dtype codes for the consistency table: a mismatch would make the all-reduce fail or corrupt.
-_DTYPE_CODES = {dtype: code for code, dtype in enumerate(
-    (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128))}
+_DTYPE_CODES = {dtype: code for code, dtype in enumerate(TORCH_FLOAT_DTYPES + TORCH_COMPLEX_DTYPES)}
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
@@ -64,7 +64,7 @@ def _check_agreement(table: list[list[int]], columns: dict[str, int], caller: st
 
 
 def _check_seeds(table: list[list[int]], low: int, high: int, caller: str) -> None:
-    seeds = [row[low] | (row[high] << 32) for row in table]
+    seeds = [spec.seed_from_key(row[low], row[high]) for row in table]
     if len(set(seeds)) > 1:
         shown = ", ".join(f"rank {rank}: {seed}" for rank, seed in enumerate(seeds))
         raise ValueError(f"{caller}: ranks disagree on seed ({shown}); every rank must project with "
@@ -156,11 +156,11 @@ def sparse_jl_sharded(x_shard: torch.Tensor, out_features: int, *, seed: int, co
     ``seed``, ``nnz`` and ``backend`` mean what they mean for :func:`sjlt.functional.sparse_jl`.
     """
     caller = "sparse_jl_sharded"
-    F._check_input(x_shard, "x_shard", complex_ok=True)
+    F.check_input(x_shard, "x_shard", complex_ok=True)
     k = spec.check_dimension(out_features, "out_features")
     seed = spec.check_seed(seed)
     nnz = spec.resolve_nnz(nnz, k)
-    column_offset = F._check_offset(column_offset)
+    column_offset = F.check_column_offset(column_offset)
     _require_process_group(group, caller)
     if check:
         width = x_shard.shape[-1]
@@ -191,7 +191,7 @@ def sparse_jl_row_sharded(x_rows: torch.Tensor, out_features: int, *, seed: int,
     ``group`` must make the call; do it once (on the first batch), not on every step.
     """
     caller = "sparse_jl_row_sharded"
-    F._check_input(x_rows, "x_rows", complex_ok=True)
+    F.check_input(x_rows, "x_rows", complex_ok=True)
     k = spec.check_dimension(out_features, "out_features")
     seed = spec.check_seed(seed)
     nnz = spec.resolve_nnz(nnz, k)

@@ -8,6 +8,7 @@ import torch
 
 from . import reference, spec
 from ._backend import check_backend
+from ._dtypes import TORCH_COMPLEX_DTYPES, TORCH_FLOAT_DTYPES
 from ._memory import check_output_fits
 from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
 from .ops import choice, dense
@@ -15,14 +16,14 @@ from .ops import sparse_jl as _sparse_jl_ops
 
 __all__ = ["sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
 
-_REAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_COMPLEX = (torch.complex64, torch.complex128)
 
-
-def _check_input(x, name: str, *, complex_ok: bool) -> None:
+def check_input(x, name: str, *, complex_ok: bool) -> None:
+    """Raises unless ``x`` is a tensor sjlt can project (or, without ``complex_ok``, drop out):
+    floating point (or complex), at least 1-D. ``name`` is the argument, for the message.
+    Public for wrappers that check before a collective (:mod:`sjlt.distributed`)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    allowed = _REAL + (_COMPLEX if complex_ok else ())
+    allowed = TORCH_FLOAT_DTYPES + (TORCH_COMPLEX_DTYPES if complex_ok else ())
     if x.dtype not in allowed:
         raise TypeError(
             f"{name} must be a floating-point tensor ({', '.join(str(d) for d in allowed)}), "
@@ -32,7 +33,8 @@ def _check_input(x, name: str, *, complex_ok: bool) -> None:
         raise ValueError(f"{name} must have at least one dimension (..., features), got a 0-d tensor")
 
 
-def _check_offset(column_offset) -> int:
+def check_column_offset(column_offset) -> int:
+    """Returns ``column_offset`` as an int in [0, 2**62), or raises TypeError / ValueError."""
     if isinstance(column_offset, bool) or not isinstance(column_offset, numbers.Integral):
         raise TypeError(f"column_offset must be an int, got {type(column_offset).__name__}")
     if not 0 <= column_offset < 1 << 62:
@@ -44,7 +46,7 @@ def _settings(seed, nnz, k_for_nnz, column_offset, backend):
     """The validated (key0, key1, nnz, column_offset) of a projection's arguments."""
     key0, key1 = spec.philox_key(seed)
     nnz = spec.resolve_nnz(nnz, k_for_nnz)
-    column_offset = _check_offset(column_offset)
+    column_offset = check_column_offset(column_offset)
     check_backend(backend)
     return key0, key1, nnz, column_offset
 
@@ -95,7 +97,7 @@ def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None 
     output non-finite (the Triton kernel spreads it over the whole row, the reference over the
     affected outputs).
     """
-    _check_input(x, "x", complex_ok=True)
+    check_input(x, "x", complex_ok=True)
     k = spec.check_dimension(out_features, "out_features")
     check_output_fits(x, k, "out_features")
     return _projection(_sparse_jl_ops.sparse_jl_op, dense.forward, x, k, seed, nnz, column_offset, backend, k)
@@ -104,7 +106,7 @@ def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None 
 def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: int | None = None,
                         column_offset: int = 0, backend: str = "auto") -> torch.Tensor:
     """The adjoint of :func:`sparse_jl`: z = y S, mapping (..., k) to (..., in_features)."""
-    _check_input(y, "y", complex_ok=True)
+    check_input(y, "y", complex_ok=True)
     d = spec.check_dimension(in_features, "in_features")
     k = y.shape[-1]
     if k < 1:
@@ -125,7 +127,7 @@ def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int
     k = spec.check_dimension(out_features, "out_features")
     key0, key1 = spec.philox_key(seed)
     nnz = spec.resolve_nnz(nnz, k)
-    column_offset = _check_offset(column_offset)
+    column_offset = check_column_offset(column_offset)
     check_backend(backend)
     device = torch.device(device) if device is not None else torch.device("cpu")
     probe = torch.empty(0, device=device)
@@ -152,7 +154,7 @@ def seeded_dropout(x: torch.Tensor, p: float, *, seed, training: bool = True,
 
     ``training=False`` or p = 0 returns x itself; p = 1 returns zeros.
     """
-    _check_input(x, "x", complex_ok=False)
+    check_input(x, "x", complex_ok=False)
     p = spec.check_probability(p)
     check_backend(backend)
     if isinstance(seed, torch.Tensor):

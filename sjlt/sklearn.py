@@ -1,14 +1,17 @@
 """scikit-learn transformers over :mod:`sjlt.functional`: :class:`SparseJLProjection`, :class:`FeatureDropout`.
 
 Both hold a 64-bit seed instead of a random matrix or mask: fitting stores a handful of ints, and
-every projection or mask is regenerated from the seed when it is needed.
+every projection or mask is regenerated from the seed when it is needed. Parameters are stored
+verbatim by ``__init__`` and checked in ``fit``; inputs are checked with scikit-learn's public
+``check_array``/``validate_data``. Dense host inputs are projected by :func:`sjlt.io.rows.project_rows`
+(the package's one host<->device pipeline), dask arrays by :mod:`sjlt.io.blocks`, and the device
+follows :mod:`sjlt._device`.
 """
 from __future__ import annotations
 
 import numbers
 import sys
 import warnings
-from numbers import Integral, Real
 
 import numpy as np
 import scipy.linalg
@@ -19,37 +22,22 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, OneToOn
 from sklearn.exceptions import DataDimensionalityWarning
 from sklearn.random_projection import johnson_lindenstrauss_min_dim
 from sklearn.utils import assert_all_finite, check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from . import functional as F
 from . import spec
+from ._device import check_device, resolve_device
+from ._dtypes import TORCH_FLOAT_DTYPES
+from .io.blocks import map_row_blocks
+from .io.rows import project_rows, tensor_view
 
 __all__ = ["SparseJLProjection", "FeatureDropout", "seed_from_random_state"]
 
 _SEED_END = 1 << 64
 
-#: ``random_state`` values both estimators take: sklearn's usual ones, widened to the full
-#: 64-bit seed range, plus numpy Generators.
-_RANDOM_STATE_CONSTRAINT = [
-    Interval(Integral, 0, _SEED_END - 1, closed="both"),
-    np.random.RandomState,
-    np.random.Generator,
-    None,
-]
-
 #: With ``device="auto"``, dense inputs of at least this many elements go through the GPU: below
 #: it, host-device transfers and launch latency cost more than the CPU projection.
 _GPU_MIN_ELEMENTS = 1 << 22
-
-#: Bytes of input per chunk on the GPU path: large enough for full-speed DMA, small enough that
-#: two pinned staging buffers per direction stay modest.
-_GPU_CHUNK_BYTES = 64 << 20
-
-#: Chunks in flight on the GPU path: while one is copied and projected, the host stages the next.
-_PIPELINE_DEPTH = 2
-
-_TORCH_REAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 #: Base class of scipy's sparse arrays (public from scipy 1.11; an empty tuple matches nothing).
 _SPARSE_ARRAY = getattr(sp, "sparray", ())
@@ -92,43 +80,40 @@ def _as_configured_sparse(matrix):
     return matrix if sp.isspmatrix(matrix) else sp.csr_matrix(matrix)
 
 
-def _tensor_of_array(array: np.ndarray) -> torch.Tensor:
-    """A tensor sharing ``array``'s memory (read only here), copying only what torch cannot view."""
-    if any(stride < 0 for stride in array.strides) or not array.flags.aligned:
-        array = np.ascontiguousarray(array)
-    with warnings.catch_warnings():
-        # Read-only arrays (memmaps, broadcasts) are fine: the projection never writes its input.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
-                                category=UserWarning)
-        return torch.from_numpy(array)
+def _shape_proxy(shape, dtype) -> np.ndarray:
+    """A read-only array of ``shape`` and ``dtype`` that owns one element (every entry aliases
+    it): scikit-learn's ``check_array`` and ``validate_data`` judge a tensor's or dask array's
+    shape, dtype and feature count from it, with their own messages, without reading or copying
+    the data (which may live on a GPU, or not be computed yet)."""
+    return np.broadcast_to(np.zeros((), dtype), tuple(shape))
 
 
-def _check_tensor(X: torch.Tensor, estimator, *, expected_features: int | None,
-                  what: str = "features") -> torch.Tensor:
-    """sklearn's input checks (2-D, non-empty, real, finite, feature count) for a torch tensor.
+def _numpy_dtype_of(tensor: torch.Tensor) -> np.dtype:
+    """The numpy dtype that stands for the tensor's in :func:`_shape_proxy`: its own, or float64
+    where numpy has none (bfloat16, float8: real numbers that become floats either way)."""
+    try:
+        return torch.empty(0, dtype=tensor.dtype).numpy().dtype
+    except TypeError:
+        return np.dtype(np.float64)
+
+
+def _check_tensor(X: torch.Tensor, estimator, *, reset: bool | None) -> torch.Tensor:
+    """scikit-learn's input checks for a torch tensor, which they cannot read without copying it
+    to the host: the shape, dtype and feature count through :func:`_shape_proxy` (``reset``:
+    as ``validate_data``'s; None checks the shape only), the values (NaN, inf) with torch.
 
     Integer and bool tensors become float64, as integer arrays do; floating tensors keep their
-    dtype and device. The messages are scikit-learn's own.
+    dtype and device.
     """
-    name = type(estimator).__name__
     if X.layout != torch.strided:
-        raise TypeError(f"{name} takes dense torch tensors, got layout {X.layout}; call .to_dense() "
-                        f"first, or pass a scipy.sparse matrix")
-    if X.dim() != 2:
-        raise ValueError(f"Expected 2D array, got a tensor of shape {tuple(X.shape)} instead; "
-                         f"reshape it to (n_samples, n_{what})")
-    if X.is_complex():
-        raise ValueError("Complex data not supported\n" + str(X))
-    if X.shape[0] < 1:
-        raise ValueError(f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum "
-                         f"of 1 is required by {name}.")
-    if X.shape[1] < 1:
-        raise ValueError(f"Found array with 0 feature(s) (shape={tuple(X.shape)}) while a minimum "
-                         f"of 1 is required by {name}.")
-    if expected_features is not None and X.shape[1] != expected_features:
-        raise ValueError(f"X has {X.shape[1]} {what}, but {name} is expecting {expected_features} "
-                         f"{what} as input.")
-    if X.dtype not in _TORCH_REAL:
+        raise TypeError(f"{type(estimator).__name__} takes dense torch tensors, got layout "
+                        f"{X.layout}; call .to_dense() first, or pass a scipy.sparse matrix")
+    proxy = _shape_proxy(X.shape, _numpy_dtype_of(X))
+    if reset is None:
+        check_array(proxy, dtype=None, ensure_all_finite=False, estimator=estimator)
+    else:
+        validate_data(estimator, proxy, dtype=None, ensure_all_finite=False, reset=reset)
+    if X.dtype not in TORCH_FLOAT_DTYPES:
         X = X.to(torch.float64)
     if not get_config()["assume_finite"] and not bool(torch.isfinite(X).all()):
         if bool(torch.isnan(X).any()):
@@ -137,11 +122,47 @@ def _check_tensor(X: torch.Tensor, estimator, *, expected_features: int | None,
     return X
 
 
-def _reset_shape_attributes(estimator, n_features: int) -> None:
-    """What ``validate_data(reset=True)`` records, for inputs it cannot read (tensors, dask)."""
-    estimator.n_features_in_ = int(n_features)
-    if hasattr(estimator, "feature_names_in_"):
-        del estimator.feature_names_in_
+def _check_dask_array(X, estimator, *, reset: bool) -> None:
+    """The shape and feature count of a dask array, without computing it (its row count may be
+    unknown, NaN)."""
+    if X.ndim != 2:
+        raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape} instead")
+    if not np.isfinite(X.shape[1]):
+        raise ValueError("this dask array does not know its number of columns: call "
+                         "X.compute_chunk_sizes() first")
+    validate_data(estimator, _shape_proxy((1, X.shape[1]), X.dtype), dtype=None,
+                  ensure_all_finite=False, reset=reset)
+
+
+def _parameter_error(estimator, name: str, expected: str, error=ValueError):
+    """The error of a bad constructor parameter, worded as scikit-learn words its own."""
+    return error(f"The {name!r} parameter of {type(estimator).__name__} must be {expected}. "
+                 f"Got {getattr(estimator, name)!r} instead.")
+
+
+def _check_int(estimator, name: str, *, low: int, allow_none: bool = False,
+               also: str = "") -> None:
+    value = getattr(estimator, name)
+    if allow_none and value is None:
+        return
+    expected = f"an int >= {low}" + (" or None" if allow_none else "") + also
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _parameter_error(estimator, name, expected, TypeError)
+    if value < low:
+        raise _parameter_error(estimator, name, expected)
+
+
+def _check_random_state(estimator) -> None:
+    """An int in [0, 2**64) (bools are left to :func:`seed_from_random_state`, which explains
+    them), a RandomState, a Generator or None."""
+    value = estimator.random_state
+    expected = "an int in [0, 2**64), a numpy RandomState or Generator, or None"
+    if value is None or isinstance(value, (np.random.RandomState, np.random.Generator, bool)):
+        return
+    if not isinstance(value, numbers.Integral):
+        raise _parameter_error(estimator, "random_state", expected, TypeError)
+    if not 0 <= value < _SEED_END:
+        raise _parameter_error(estimator, "random_state", expected)
 
 
 class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -169,8 +190,8 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     dense_output : bool, default=True
         For scipy.sparse input: return a dense ndarray (True) or a sparse matrix (False).
         Dense inputs always give dense outputs.
-    device : "auto", "cpu", "cuda" or torch.device, default="auto"
-        Where numpy inputs are projected. "auto" uses the GPU for inputs of at least
+    device : "auto", "cpu", "cuda", "cuda:N" or torch.device, default="auto"
+        Where numpy inputs are projected (see :mod:`sjlt._device`). "auto" uses the GPU for inputs of at least
         2**22 elements when ``torch.cuda.is_available()``. Torch tensors are always projected on
         their own device, and sparse inputs with scipy on the CPU. For dask arrays it is passed
         to ``sjlt.dask.project``, where "auto" means each worker's GPU when it has one.
@@ -203,16 +224,6 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     for NaN or inf, which would compute it.
     """
 
-    _parameter_constraints: dict = {
-        "n_components": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "eps": [Interval(Real, 0, None, closed="neither")],
-        "nnz": [Interval(Integral, 1, None, closed="left"), None],
-        "random_state": _RANDOM_STATE_CONSTRAINT,
-        "dense_output": ["boolean"],
-        "device": [StrOptions({"auto", "cpu", "cuda"}), torch.device],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
-    }
-
     def __init__(self, n_components="auto", *, eps=0.1, nnz=None, random_state=None,
                  dense_output=True, device="auto", batch_size=None):
         self.n_components = n_components
@@ -239,26 +250,17 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         -------
         self : SparseJLProjection
         """
-        self._validate_params()
-        if isinstance(self.device, torch.device) and self.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or a torch.device of type cpu "
-                             f"or cuda, got {self.device}")
+        self._check_parameters()
         if isinstance(X, torch.Tensor):
-            X = _check_tensor(X, self, expected_features=None)
+            X = _check_tensor(X, self, reset=True)
             n_samples, n_features = X.shape
-            _reset_shape_attributes(self, n_features)
         elif _is_dask_array(X):
-            if X.ndim != 2:
-                raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape} instead")
+            _check_dask_array(X, self, reset=True)
             n_samples, n_features = X.shape
-            if not np.isfinite(n_features):
-                raise ValueError("this dask array does not know its number of columns: call "
-                                 "X.compute_chunk_sizes() first")
             if self.n_components == "auto" and not np.isfinite(n_samples):
                 raise ValueError("n_components='auto' needs the number of rows, which this dask "
                                  "array does not know: call X.compute_chunk_sizes() first, or "
                                  "pass an int n_components")
-            _reset_shape_attributes(self, n_features)
         else:
             X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
             n_samples, n_features = X.shape
@@ -270,6 +272,24 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         # n_components *parameter* here, which is why their feature names fail with "auto".
         self._n_features_out = self.n_components_
         return self
+
+    def _check_parameters(self) -> None:
+        """The constructor's parameters, checked here rather than in ``__init__`` (scikit-learn's
+        convention: ``set_params`` and clones must not validate)."""
+        if not (isinstance(self.n_components, str) and self.n_components == "auto"):
+            _check_int(self, "n_components", low=1, also=' or "auto"')
+        if (isinstance(self.eps, bool) or not isinstance(self.eps, numbers.Real)
+                or not self.eps > 0):
+            raise _parameter_error(self, "eps", "a float > 0")
+        _check_int(self, "nnz", low=1, allow_none=True)
+        _check_random_state(self)
+        if not isinstance(self.dense_output, (bool, np.bool_)):
+            raise _parameter_error(self, "dense_output", "a bool", TypeError)
+        try:
+            check_device(self.device)
+        except ValueError as error:
+            raise ValueError(f"The 'device' parameter of {type(self).__name__}: {error}") from None
+        _check_int(self, "batch_size", low=1, allow_none=True)
 
     def _output_dimension(self, n_samples, n_features: int) -> int:
         """k, with SparseRandomProjection's errors and warning for an unreduced dimension.
@@ -345,7 +365,7 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         """
         check_is_fitted(self)
         if isinstance(X, torch.Tensor):
-            X = _check_tensor(X, self, expected_features=self.n_features_in_)
+            X = _check_tensor(X, self, reset=False)
             return F.sparse_jl(X, self.n_components_, seed=self.seed_, nnz=self.nnz_)
         if _is_dask_array(X):
             return self._transform_dask(X)
@@ -374,49 +394,19 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         return _as_configured_sparse(projected)
 
     def _transform_dense(self, X: np.ndarray) -> np.ndarray:
-        device = self._device_for(X.size)
-        x = _tensor_of_array(X)
-        n_samples, n_features = X.shape
-        if device.type == "cuda":
-            rows = self.batch_size or max(1, _GPU_CHUNK_BYTES // (n_features * X.itemsize))
-            out = np.empty((n_samples, self.n_components_), dtype=X.dtype)
-            _project_host_rows_on_gpu(x, torch.from_numpy(out), self.n_components_, seed=self.seed_,
-                                      nnz=self.nnz_, device=device, rows_per_chunk=rows)
-            return out
-        rows = self.batch_size or n_samples
-        if rows >= n_samples:
-            return F.sparse_jl(x, self.n_components_, seed=self.seed_, nnz=self.nnz_).numpy()
-        out = np.empty((n_samples, self.n_components_), dtype=X.dtype)
-        out_t = torch.from_numpy(out)
-        for start in range(0, n_samples, rows):
-            out_t[start:start + rows] = F.sparse_jl(x[start:start + rows], self.n_components_,
-                                                    seed=self.seed_, nnz=self.nnz_)
-        return out
-
-    def _device_for(self, n_elements: int) -> torch.device:
-        if self.device == "auto":
-            use_gpu = n_elements >= _GPU_MIN_ELEMENTS and torch.cuda.is_available()
-            return torch.device("cuda" if use_gpu else "cpu")
-        device = torch.device(self.device)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"device={self.device!r} but torch.cuda.is_available() is False; use "
-                               f"device='auto' (GPU when present) or device='cpu'")
-        return device
+        device = resolve_device(self.device, gpu_worthwhile=X.size >= _GPU_MIN_ELEMENTS)
+        return project_rows(X, self.n_components_, seed=self.seed_, nnz=self.nnz_, device=device,
+                            rows_per_chunk=self.batch_size)
 
     def _transform_dask(self, X):
-        if X.ndim != 2:
-            raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape} instead")
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input.")
+        _check_dask_array(X, self, reset=False)
         if X.dtype not in (np.float32, np.float64):
             if np.issubdtype(X.dtype, np.complexfloating):
                 raise ValueError("Complex data not supported")
             X = X.astype(np.float64)
-        from . import dask as sjlt_dask  # lazily: dask is an optional dependency
-
-        return sjlt_dask.project(X, self.n_components_, seed=self.seed_, nnz=self.nnz_,
-                                 device=str(self.device))
+        # A name, resolved by each task on its own worker ('auto': that worker's GPU, if any).
+        return map_row_blocks(X, self.n_components_, seed=self.seed_, nnz=self.nnz_,
+                              device=str(check_device(self.device)))
 
     # ---------------------------------------------------------------------------------------
     # Back to the input space
@@ -448,7 +438,7 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         if isinstance(X, torch.Tensor):
             coefficients = X @ torch.from_numpy(pinv_gram).to(dtype=X.dtype, device=X.device)
         else:
-            coefficients = _tensor_of_array(np.ascontiguousarray(X @ pinv_gram.astype(X.dtype)))
+            coefficients = tensor_view(np.ascontiguousarray(X @ pinv_gram.astype(X.dtype)))
         return self._adjoint(coefficients, X)
 
     def adjoint_transform(self, X):
@@ -476,13 +466,14 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             return _as_configured_sparse(back)
         if isinstance(X, torch.Tensor):
             return self._adjoint(X, X)
-        return self._adjoint(_tensor_of_array(X), X)
+        return self._adjoint(tensor_view(X), X)
 
     def _checked_projected(self, X):
         """Validates an (n_samples, n_components_) input of the inverse maps."""
         if isinstance(X, torch.Tensor):
-            return _check_tensor(X, self, expected_features=self.n_components_, what="components")
-        X = check_array(X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
+            X = _check_tensor(X, self, reset=None)
+        else:
+            X = check_array(X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
         if X.shape[1] != self.n_components_:
             raise ValueError(f"X has {X.shape[1]} components, but {type(self).__name__} is "
                              f"expecting {self.n_components_} components as input.")
@@ -497,51 +488,6 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.sparse = True
         return tags
-
-
-def _project_host_rows_on_gpu(x: torch.Tensor, out: torch.Tensor, out_features: int, *, seed: int,
-                              nnz: int, device: torch.device, rows_per_chunk: int) -> None:
-    """out = x S^T for host tensors x and out, projected on ``device`` chunk by chunk.
-
-    Each chunk is staged into a pinned buffer, copied to the GPU, projected and copied back on
-    its own CUDA stream, so while the GPU moves and projects one chunk, the host stages the next
-    (and pageable memory never blocks the DMA engines). Host buffers are reused only after the
-    event of their previous chunk has fired.
-    """
-    n_samples, n_features = x.shape
-    rows = min(rows_per_chunk, n_samples)
-    with torch.cuda.device(device):
-        streams = [torch.cuda.Stream() for _ in range(_PIPELINE_DEPTH)]
-        staged_in = [torch.empty((rows, n_features), dtype=x.dtype, pin_memory=True)
-                     for _ in range(_PIPELINE_DEPTH)]
-        staged_out = [torch.empty((rows, out_features), dtype=x.dtype, pin_memory=True)
-                      for _ in range(_PIPELINE_DEPTH)]
-        in_flight = [None] * _PIPELINE_DEPTH
-
-        def collect(slot):
-            done, start, stop = in_flight[slot]
-            done.synchronize()
-            out[start:stop].copy_(staged_out[slot][:stop - start])
-            in_flight[slot] = None
-
-        starts = range(0, n_samples, rows)
-        for chunk, start in enumerate(starts):
-            slot = chunk % _PIPELINE_DEPTH
-            stop = min(start + rows, n_samples)
-            if in_flight[slot] is not None:
-                collect(slot)
-            staged_in[slot][:stop - start].copy_(x[start:stop])
-            with torch.cuda.stream(streams[slot]):
-                x_device = staged_in[slot][:stop - start].to(device, non_blocking=True)
-                y_device = F.sparse_jl(x_device, out_features, seed=seed, nnz=nnz)
-                staged_out[slot][:stop - start].copy_(y_device, non_blocking=True)
-                done = torch.cuda.Event()
-                done.record()
-            in_flight[slot] = (done, start, stop)
-        for offset in range(1, _PIPELINE_DEPTH + 1):  # oldest first
-            slot = (len(starts) - 1 + offset) % _PIPELINE_DEPTH
-            if in_flight[slot] is not None:
-                collect(slot)
 
 
 class FeatureDropout(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -578,11 +524,6 @@ class FeatureDropout(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     feature_names_in_ : ndarray of shape (n_features_in_,)
     """
 
-    _parameter_constraints: dict = {
-        "p": [Interval(Real, 0, 1, closed="both")],
-        "random_state": _RANDOM_STATE_CONSTRAINT,
-    }
-
     def __init__(self, p=0.1, *, random_state=None):
         self.p = p
         self.random_state = random_state
@@ -597,7 +538,7 @@ class FeatureDropout(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         X = self._fit(X)
         if self.p == 0.0:
             return X
-        dropped = F.seeded_dropout(_tensor_of_array(X), self.p, seed=self.seed_)
+        dropped = F.seeded_dropout(tensor_view(X), self.p, seed=self.seed_)
         return dropped.numpy()
 
     def transform(self, X):
@@ -606,7 +547,10 @@ class FeatureDropout(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
 
     def _fit(self, X) -> np.ndarray:
-        self._validate_params()
+        if (isinstance(self.p, bool) or not isinstance(self.p, numbers.Real)
+                or not 0 <= self.p <= 1):
+            raise _parameter_error(self, "p", "a float in the range [0, 1]")
+        _check_random_state(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32])
         self.seed_ = seed_from_random_state(self.random_state)
         return X

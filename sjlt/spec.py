@@ -28,6 +28,12 @@ GF16_POLYNOMIAL = 0b10011
 #: Columns per chunk and rows per window of the windowed layout.
 WINDOW = 16
 
+#: The floating-point dtypes sjlt projects, by name: the one list of the package (torch's dtypes
+#: of these names are in ``sjlt._dtypes``).
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: Those that numpy, and so ``.npy`` and parquet files, can hold.
+NUMPY_FLOAT_DTYPES = tuple(name for name in FLOAT_DTYPES if name != "bfloat16")
+
 _UINT32 = 0xFFFFFFFF
 _SEED_LIMIT = 1 << 64
 
@@ -49,6 +55,11 @@ def philox_key(seed: int) -> tuple[int, int]:
     """The Philox key (k0, k1) of a seed: its low and high 32-bit words."""
     seed = check_seed(seed)
     return seed & _UINT32, seed >> 32
+
+
+def seed_from_key(key0: int, key1: int) -> int:
+    """The seed of a Philox key: the inverse of :func:`philox_key`."""
+    return (int(key0) & _UINT32) | ((int(key1) & _UINT32) << 32)
 
 
 def check_dimension(value, name: str) -> int:

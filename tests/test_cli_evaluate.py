@@ -14,7 +14,7 @@ from scipy.spatial.distance import pdist, squareform
 from sklearn.random_projection import johnson_lindenstrauss_min_dim
 
 import sjlt
-from sjlt.cli.evaluate import jl_bound_eps
+from sjlt.metrics import jl_bound_eps
 from test_cli_helpers import CLI_RUNS_KERNEL, assert_one_error_line, random_rows, run_cli
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from sjlt.cli import main
-from sjlt.cli.atomic import TEMP_SUFFIX
+from sjlt.io.atomic import TEMP_SUFFIX
 
 
 def run_cli(capsys, *args) -> tuple[int, str, str]:

@@ -18,9 +18,9 @@ import torch
 
 import sjlt
 from sjlt import _memory
-from sjlt.cli import project as project_module
-from sjlt.cli.npy import NpySink
-from sjlt.cli.project import Settings, project_file
+from sjlt.io import project as project_module
+from sjlt.io.npy import NpySink
+from sjlt.io.project import Settings, project_file
 from test_cli_helpers import assert_one_error_line, assert_projection_equal, digest, leftovers, random_rows, run_cli
 
 
@@ -130,7 +130,7 @@ def test_output_created_by_another_run_meanwhile_is_left_alone(tmp_path, capsys,
     """The other run commits between this run's check and its commit (the race of two runs)."""
     np.save(tmp_path / "in.npy", random_rows(40, 8))
     target = tmp_path / f"out{suffix}"
-    sink_class = NpySink if suffix == ".npy" else __import__("sjlt.cli.parquet", fromlist=["x"]).ParquetSink
+    sink_class = NpySink if suffix == ".npy" else __import__("sjlt.io.parquet", fromlist=["x"]).ParquetSink
     real_close = sink_class.close
 
     def close_after_the_other_run(self):
@@ -187,7 +187,7 @@ def test_overwrite_commits_of_two_runs_never_interleave(tmp_path, capsys, monkey
     """Run B has replaced the .npy but not yet its sidecar when run A commits the same OUTPUT:
     A must wait for B's commit (the directory lock), so the result is one run's array with the
     same run's sidecar. Without the lock A would finish in between: A's array, B's sidecar."""
-    from sjlt.cli import atomic
+    from sjlt.io import atomic
 
     x = random_rows(40, 8)
     np.save(tmp_path / "in.npy", x)
@@ -353,7 +353,7 @@ def test_failed_directory_runs_leave_no_directory(tmp_path, capsys, monkeypatch)
     assert not (tmp_path / "out").exists()
 
     write_shard(tmp_path / "in" / "b.parquet")
-    monkeypatch.setattr("sjlt.cli.cluster._CONNECT_TIMEOUT", "1s")
+    monkeypatch.setattr("sjlt.io.cluster._CONNECT_TIMEOUT", "1s")
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -365,7 +365,7 @@ def test_failed_directory_runs_leave_no_directory(tmp_path, capsys, monkeypatch)
     def disk_full(self, projected, batch):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("sjlt.cli.parquet.ParquetSink.write", disk_full)
+    monkeypatch.setattr("sjlt.io.parquet.ParquetSink.write", disk_full)
     code, _, err = run_cli(capsys, "project", tmp_path / "in", tmp_path / "out" / "deep", "--dim", 4)
     assert code == 1 and "no space left" in err
     assert not (tmp_path / "out").exists()

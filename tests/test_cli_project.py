@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import sjlt
-from sjlt.cli import npy as npy_module
-from sjlt.cli.parquet import read_metadata
+from sjlt.io import npy as npy_module
+from sjlt.io.provenance import read_provenance
 from test_cli_helpers import assert_one_error_line, assert_projection_equal, digest, leftovers, random_rows, run_cli
 
 
@@ -135,7 +135,7 @@ def test_parquet_carries_other_columns_and_records_settings(tmp_path, capsys, fi
     assert result.column("id").equals(table.column("id")) and result.column("text").equals(table.column("text"))
     assert result.schema.field("emb").type == pa.list_(pa.float32(), 12)
     assert_projection_equal(parquet_matrix(tmp_path / "out.parquet", "emb"), expected(x, 12, 9))
-    settings = read_metadata(tmp_path / "out.parquet")
+    settings = read_provenance(tmp_path / "out.parquet")
     assert settings["seed"] == 9 and settings["out_features"] == 12 and settings["column"] == "emb"
     assert settings["input_shape"] == [500, 40] and settings["spec_version"] == sjlt.SPEC_VERSION
     assert result.schema.metadata[b"owner"] == b"test"

@@ -96,8 +96,8 @@ def test_signal_while_importing_torch_exits_cleanly(tmp_path, signum):
 
 
 def test_a_second_signal_does_not_cut_the_clean_up_short():
-    from sjlt.cli.errors import Interrupted
-    from sjlt.cli.signals import interrupts_as_exceptions
+    from sjlt.io.errors import Interrupted
+    from sjlt.io.signals import interrupts_as_exceptions
 
     cleaned = False
     with pytest.raises(Interrupted) as first:
@@ -113,8 +113,8 @@ def test_a_second_signal_does_not_cut_the_clean_up_short():
 
 
 def test_a_signal_during_a_commit_waits_for_its_end():
-    from sjlt.cli.errors import Interrupted
-    from sjlt.cli.signals import interrupts_as_exceptions, signals_deferred
+    from sjlt.io.errors import Interrupted
+    from sjlt.io.signals import interrupts_as_exceptions, signals_deferred
 
     steps = []
     with pytest.raises(Interrupted):

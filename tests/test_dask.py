@@ -151,7 +151,7 @@ def test_cli_scheduler_reports_the_files_that_failed(cluster, tmp_path, capsys):
 
 
 def test_cli_unreachable_scheduler(tmp_path, capsys, monkeypatch):
-    from sjlt.cli import cluster as cluster_module
+    from sjlt.io import cluster as cluster_module
 
     monkeypatch.setattr(cluster_module, "_CONNECT_TIMEOUT", "1s")
     with socket.socket() as probe:  # a port nobody listens on

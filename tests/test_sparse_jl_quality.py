@@ -13,6 +13,7 @@ from sklearn.datasets import load_digits
 
 from sjlt import functional as F
 from sjlt import reference, spec
+from sjlt.metrics import distortion_percentile
 
 D = 1024
 POINTS = 160
@@ -39,22 +40,14 @@ def _family(name: str, gen: torch.Generator) -> torch.Tensor:
     raise ValueError(name)
 
 
-def _p99_distortion(x: torch.Tensor, projected: torch.Tensor) -> float:
-    iu = torch.triu_indices(len(x), len(x), 1)
-    original = torch.cdist(x, x)[iu[0], iu[1]] ** 2
-    mapped = torch.cdist(projected, projected)[iu[0], iu[1]] ** 2
-    keep = original > 0
-    return float(torch.quantile((mapped[keep] / original[keep] - 1).abs(), 0.99))
-
-
 @pytest.mark.parametrize("k", [64, 100, 256])  # windowed (nnz 4), classic (nnz 8), windowed (nnz 8)
 @pytest.mark.parametrize("family", ["dense", "real", "very_sparse", "window"])
 def test_distortion_matches_a_gaussian_projection(family, k):
     x = _family(family, torch.Generator().manual_seed(2024))
-    ours = np.mean([_p99_distortion(x, F.sparse_jl(x, k, seed=s)) for s in SEEDS])
+    ours = np.mean([distortion_percentile(x, F.sparse_jl(x, k, seed=s), 99) for s in SEEDS])
     gauss_gen = torch.Generator().manual_seed(7)
     gaussian = np.mean([
-        _p99_distortion(x, x @ (torch.randn(k, D, generator=gauss_gen, dtype=torch.float64) / math.sqrt(k)).T)
+        distortion_percentile(x, x @ (torch.randn(k, D, generator=gauss_gen, dtype=torch.float64) / math.sqrt(k)).T, 99)
         for _ in SEEDS
     ])
     print(f"{family} k={k}: sjlt p99 {ours:.3f}, gaussian p99 {gaussian:.3f}, ratio {ours / gaussian:.2f}")

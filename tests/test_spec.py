@@ -73,3 +73,13 @@ def test_default_nnz_is_capped_by_out_features():
 def test_default_nnz_picks_the_windowed_layout_where_it_applies(k, nnz, windowed):
     assert spec.default_nnz(k) == nnz
     assert spec.is_windowed(k, nnz) == windowed
+
+
+def test_seed_from_key_inverts_philox_key():
+    for seed in (0, 1, 2**32 - 1, 2**32, 0xDEADBEEF_12345678, 2**64 - 1):
+        assert spec.seed_from_key(*spec.philox_key(seed)) == seed
+
+
+def test_numpy_float_dtypes_are_the_float_dtypes_numpy_has():
+    assert spec.NUMPY_FLOAT_DTYPES == ("float16", "float32", "float64")
+    assert set(spec.NUMPY_FLOAT_DTYPES) < set(spec.FLOAT_DTYPES)

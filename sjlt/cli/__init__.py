@@ -1,5 +1,8 @@
 """The ``sjlt`` command line: ``sjlt project`` and ``sjlt evaluate`` (also ``python -m sjlt``).
 
+Argument parsing, messages and exit codes; the work is done by :mod:`sjlt.io` (files) and
+:mod:`sjlt.metrics` (evaluation).
+
 Exit status: 0 on success; 1 for a problem with the input, output or environment (one line
 ``sjlt: error: ...`` saying what and how to fix it); 2 for invalid flags, as argparse does;
 128 + the signal number after SIGINT or SIGTERM, with no partial output left behind.
@@ -13,13 +16,13 @@ import traceback
 import warnings
 
 from .. import __version__, spec
-from .device import DEVICE_CHOICES
-from .errors import CLIError, Interrupted
-from .signals import interrupts_as_exceptions
+from .._device import DEVICE_CHOICES, DeviceUnavailable
+from ..io.errors import FileProjectionError, Interrupted
+from ..io.signals import interrupts_as_exceptions
+from .errors import CLIError
 
 __all__ = ["main", "build_parser", "CLIError"]
 
-_DTYPES = ("float16", "float32", "float64")
 #: torch's notices about its sparse CSR tensors (used by the CPU reference): they tell a user of
 #: the command line nothing they can act on.
 _TORCH_SPARSE_NOTICES = ("Sparse CSR tensor support is in beta state",
@@ -87,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="nonzeros per input column (default 8; K/16 when K is a multiple of 16 below 128)")
     project.add_argument("--batch-rows", type=_positive_int, metavar="R",
                          help="rows per batch (default: about 64 MB of input)")
-    project.add_argument("--dtype", choices=_DTYPES,
+    project.add_argument("--dtype", choices=spec.NUMPY_FLOAT_DTYPES,
                          help="output dtype (default: the input's)")
     project.add_argument("--overwrite", action="store_true",
                          help="replace an existing OUTPUT written by sjlt (never any other file)")
@@ -178,10 +181,16 @@ def _run(argv) -> int:
             for notice in _TORCH_SPARSE_NOTICES:
                 warnings.filterwarnings("ignore", message=notice)
             return _commands()[args.command](args)
-    except CLIError as error:
+    except (CLIError, FileProjectionError) as error:
         if args.debug:
             traceback.print_exc()
         print(f"sjlt: error: {error}", file=sys.stderr)
+        return 1
+    except DeviceUnavailable as error:
+        if args.debug:
+            traceback.print_exc()
+        print(f"sjlt: error: --device {args.device} was given but {error.reason}; use --device cpu "
+              f"(or auto)", file=sys.stderr)
         return 1
     except Exception as error:
         if args.debug:

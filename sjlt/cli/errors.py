@@ -1,4 +1,5 @@
-"""Exceptions the command line turns into one-line messages and exit codes."""
+"""The command line's own exception; problems found by the file layer below arrive as
+:class:`sjlt.io.FileProjectionError` and are shown the same way."""
 from __future__ import annotations
 
 
@@ -7,13 +8,3 @@ class CLIError(Exception):
 
     The message names what is wrong and says what to do about it.
     """
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that no
-    ``except Exception`` on the way up swallows it before the output is cleaned up."""
-
-    def __init__(self, signum: int, name: str):
-        super().__init__(name)
-        self.signum = signum
-        self.name = name

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .atomic import atomic_outputs
+from ..io.atomic import atomic_outputs
+from ..io.provenance import PLOT_MARK
 from .errors import CLIError
-from .provenance import PLOT_MARK
 
 
 def require_matplotlib() -> None:

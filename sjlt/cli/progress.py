@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
 from tqdm import tqdm
+
+from ..io.project import FileResult
 
 
 def progress_bar(total_rows: int, *, quiet: bool) -> tqdm:
@@ -12,18 +13,6 @@ def progress_bar(total_rows: int, *, quiet: bool) -> tqdm:
     terminal (a log file would fill with carriage returns)."""
     return tqdm(total=total_rows, unit="rows", unit_scale=True, file=sys.stderr,
                 disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True, smoothing=0.1)
-
-
-@dataclass(frozen=True)
-class FileResult:
-    """What projecting one file did: rows and widths, input bytes read, seconds taken."""
-
-    rows: int
-    in_features: int | None
-    out_features: int
-    bytes_read: int
-    seconds: float
-    dropped_columns: tuple[str, ...] = ()  # input columns a .npy output could not keep
 
 
 def summary_line(results: list[FileResult], seconds: float, destination: str) -> str:

@@ -1,9 +1,9 @@
-"""Crash-safe outputs and the overwrite rule: the one way the command line writes a file.
+"""Crash-safe outputs and the overwrite rule: the one way sjlt writes a file.
 
 A reader of OUTPUT sees either nothing (or the previous file) or the complete new file, never a
 partial one: the data goes to a temporary file in the same directory (so the final step stays on
 one file system and is atomic), is flushed to disk, and only then becomes OUTPUT. Any exception,
-including :class:`~sjlt.cli.errors.Interrupted` from a signal, deletes the temporary files.
+including :class:`~sjlt.io.errors.Interrupted` from a signal, deletes the temporary files.
 
 The overwrite rule (:func:`check_replaceable`), shared by ``sjlt project`` and ``sjlt evaluate``:
 
@@ -29,7 +29,7 @@ import secrets
 from pathlib import Path
 from typing import Iterator
 
-from .errors import CLIError
+from .errors import FileProjectionError
 from .provenance import written_by_sjlt
 from .signals import signals_deferred
 
@@ -54,16 +54,16 @@ def check_replaceable(target: Path, role: str, *, overwrite: bool, foreign_hint:
     """
     target = Path(target)
     if target.is_dir():
-        raise CLIError(f"{role} {str(target)!r} is a directory; give a file name")
+        raise FileProjectionError(f"{role} {str(target)!r} is a directory; give a file name")
     if not os.path.lexists(target):
         return
     if not written_by_sjlt(target):
-        raise CLIError(f"{role} {str(target)!r} already exists and was not written by sjlt (it "
+        raise FileProjectionError(f"{role} {str(target)!r} already exists and was not written by sjlt (it "
                        f"carries no sjlt settings record), so sjlt will not replace it, with or "
                        f"without --overwrite{foreign_hint}. Choose another path, or delete the file "
                        f"yourself if you really mean to replace it")
     if not overwrite:
-        raise CLIError(f"{role} {str(target)!r} already exists (an earlier sjlt output); pass "
+        raise FileProjectionError(f"{role} {str(target)!r} already exists (an earlier sjlt output); pass "
                        f"--overwrite to replace it{own_hint}")
 
 
@@ -144,7 +144,7 @@ def _create_exclusively(temporary: Path, target: Path) -> None:
     except OSError as error:
         if error.errno == errno.EEXIST:
             raise FileExistsError(errno.EEXIST, "File exists", str(target)) from None
-        raise CLIError(f"the file system of {str(target)!r} supports neither hard links nor "
+        raise FileProjectionError(f"the file system of {str(target)!r} supports neither hard links nor "
                        f"rename-without-replace, so sjlt cannot create it safely; write to "
                        f"another file system") from None
 
@@ -167,7 +167,7 @@ def _commit(temporaries: list[Path], targets: list[Path], role: str, overwrite: 
             except FileExistsError:
                 for path in created:
                     path.unlink(missing_ok=True)
-                raise CLIError(f"{role} {str(target)!r} appeared while this "
+                raise FileProjectionError(f"{role} {str(target)!r} appeared while this "
                                f"run was writing it (another run writing the same {role}?); it "
                                f"was left as it is and this run's output was discarded: pass "
                                f"--overwrite to replace it, or choose another path") from None

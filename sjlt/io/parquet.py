@@ -16,12 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .arrow import ColumnError, check_float_list_type, is_float_list_type, list_column_to_matrix, matrix_to_list_column
-from .errors import CLIError
-from .io import Batch
-from .pipeline import BufferPool
+from .errors import FileProjectionError
+from .pipeline import Batch, BufferPool
+from .provenance import PARQUET_METADATA_KEY
 
-#: Schema metadata key under which a projected file records its settings.
-METADATA_KEY = b"sjlt"
 #: Column name used when a .npy input becomes a parquet output.
 DEFAULT_COLUMN = "embedding"
 _READ_BUFFER_BYTES = 8 << 20
@@ -31,20 +29,20 @@ def _choose_column(path: Path, schema: pa.Schema, column: str | None) -> str:
     described = ", ".join(f"{f.name} ({f.type})" for f in schema)
     if column is not None:
         if column not in schema.names:
-            raise CLIError(f"INPUT {str(path)!r} has no column {column!r}; its columns are: "
+            raise FileProjectionError(f"INPUT {str(path)!r} has no column {column!r}; its columns are: "
                            f"{described}")
         try:
             check_float_list_type(schema.field(column).type, column)
         except ColumnError as error:
-            raise CLIError(f"INPUT {str(path)!r}: {error}") from None
+            raise FileProjectionError(f"INPUT {str(path)!r}: {error}") from None
         return column
     candidates = [f.name for f in schema if is_float_list_type(f.type)]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        raise CLIError(f"INPUT {str(path)!r} has no list-of-floats column to project; its columns "
+        raise FileProjectionError(f"INPUT {str(path)!r} has no list-of-floats column to project; its columns "
                        f"are: {described}. Store each embedding as a list of floats")
-    raise CLIError(f"INPUT {str(path)!r} has several embedding columns ({', '.join(candidates)}); "
+    raise FileProjectionError(f"INPUT {str(path)!r} has several embedding columns ({', '.join(candidates)}); "
                    f"choose one with --column")
 
 
@@ -57,11 +55,11 @@ class ParquetSource:
             self._file = pq.ParquetFile(self.path, buffer_size=_READ_BUFFER_BYTES, pre_buffer=False)
         except OSError as error:
             if isinstance(error, (FileNotFoundError, PermissionError)):
-                raise CLIError(f"cannot read INPUT {str(path)!r}: {error.strerror}") from None
-            raise CLIError(f"INPUT {str(path)!r} is not a readable parquet file ({error}); "
+                raise FileProjectionError(f"cannot read INPUT {str(path)!r}: {error.strerror}") from None
+            raise FileProjectionError(f"INPUT {str(path)!r} is not a readable parquet file ({error}); "
                            f"check that it is a complete parquet file") from None
         except pa.ArrowException as error:
-            raise CLIError(f"INPUT {str(path)!r} is not a readable parquet file ({error}); "
+            raise FileProjectionError(f"INPUT {str(path)!r} is not a readable parquet file ({error}); "
                            f"check that it is a complete parquet file") from None
         self.schema = self._file.schema_arrow
         self.column = _choose_column(self.path, self.schema, column)
@@ -101,7 +99,7 @@ class ParquetSource:
                     values = list_column_to_matrix(table.column(0), self.column,
                                                    expected_dim=self.dim, first_row=start)
                 except ColumnError as error:
-                    raise CLIError(f"INPUT {str(self.path)!r}: {error}") from None
+                    raise FileProjectionError(f"INPUT {str(self.path)!r}: {error}") from None
                 picked.append(values[rows[lo:hi] - start])
             start = stop
         if not picked:
@@ -121,21 +119,12 @@ class ParquetSource:
                     values = list_column_to_matrix(table.column(self.column_index), self.column,
                                                    expected_dim=self.dim, first_row=start)
                 except ColumnError as error:
-                    raise CLIError(f"INPUT {str(self.path)!r}: {error}") from None
-                buffer = None
-                if pool.pinned:
-                    # Stage in page-locked memory so the copy to the GPU runs asynchronously.
-                    buffer = pool.acquire(stop)
-                    if buffer is None:
-                        return
-                    staged = buffer[: values.nbytes].view(values.dtype).reshape(values.shape)
-                    np.copyto(staged, values)
-                    values = staged
-                yield Batch(index, start, values, table=table, buffer=buffer)
+                    raise FileProjectionError(f"INPUT {str(self.path)!r}: {error}") from None
+                yield Batch(index, start, values, table=table)
                 start += table.num_rows
                 index += 1
         except pa.ArrowException as error:
-            raise CLIError(f"INPUT {str(self.path)!r} could not be decoded at row {start} "
+            raise FileProjectionError(f"INPUT {str(self.path)!r} could not be decoded at row {start} "
                            f"({error}); the file may be corrupt") from None
 
 
@@ -156,7 +145,7 @@ class ParquetSink:
             self._column_index = None
             schema = pa.schema([pa.field(column or DEFAULT_COLUMN, projected_type, nullable=False)])
         existing = dict(schema.metadata or {})
-        existing[METADATA_KEY] = json.dumps(metadata).encode()
+        existing[PARQUET_METADATA_KEY] = json.dumps(metadata).encode()
         self.schema = schema.with_metadata(existing)
         self._writer = pq.ParquetWriter(path, self.schema)
 
@@ -178,9 +167,3 @@ class ParquetSink:
         except (OSError, pa.ArrowException):
             pass
 
-
-def read_metadata(path: Path) -> dict | None:
-    """The projection settings recorded in a parquet file written by sjlt, or None."""
-    metadata = pq.read_schema(path).metadata or {}
-    raw = metadata.get(METADATA_KEY)
-    return None if raw is None else json.loads(raw)

@@ -1,6 +1,6 @@
 """Embedding columns in Arrow: a list of floats per row <-> a 2-D numpy matrix.
 
-Shared by the parquet reader/writer of the command line and by :mod:`sjlt.dask` (whose list
+Shared by the parquet reader/writer (:mod:`.parquet`) and by :mod:`sjlt.dask` (whose list
 columns are Arrow-backed pandas columns).
 """
 from __future__ import annotations

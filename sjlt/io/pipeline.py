@@ -2,14 +2,15 @@
 
 The main thread projects; one thread reads the next batches into a bounded queue and another
 writes finished ones, so disk and compute run at the same time. Memory stays bounded: the
-queues are short and input batches live in a fixed pool of reusable buffers (page-locked when
-projecting on a GPU, so host-to-device copies run at full speed). File I/O, Arrow decoding and
-torch kernels release the GIL, so the threads do run in parallel.
+queues are short and input batches live in a fixed pool of reusable buffers (the copy to a GPU
+is staged by :class:`~sjlt.io.rows.DeviceStream`). File I/O, Arrow decoding and torch kernels
+release the GIL, so the threads do run in parallel.
 """
 from __future__ import annotations
 
 import queue
 import threading
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
@@ -20,22 +21,24 @@ QUEUE_DEPTH = 2
 _POLL_SECONDS = 0.1
 
 
+@dataclass
+class Batch:
+    """Rows [start, start + len(values)) of a source, numbered ``index`` from 0."""
+
+    index: int
+    start: int
+    values: np.ndarray           # (rows, features); may be strided or read-only
+    table: object | None = None  # the pyarrow.RecordBatch the rows came from (parquet), to carry
+    buffer: np.ndarray | None = None  # the pool buffer ``values`` lives in, to give back
+
+
 class BufferPool:
     """A fixed set of byte buffers handed out and given back; readers view them as any array."""
 
-    def __init__(self, count: int, nbytes: int, *, pinned: bool):
-        self.pinned = pinned
+    def __init__(self, count: int, nbytes: int):
         self._free: queue.Queue = queue.Queue()
         for _ in range(count):
-            self._free.put(self._allocate(max(nbytes, 1), pinned))
-
-    @staticmethod
-    def _allocate(nbytes: int, pinned: bool) -> np.ndarray:
-        if pinned:
-            import torch
-
-            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()
-        return np.empty(nbytes, dtype=np.uint8)
+            self._free.put(np.empty(max(nbytes, 1), dtype=np.uint8))
 
     def acquire(self, stop: threading.Event) -> np.ndarray | None:
         """A free buffer, or None once ``stop`` is set."""

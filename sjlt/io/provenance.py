@@ -1,7 +1,7 @@
 """The record of how an output was made, stored with it so the projection can be reproduced,
 and how sjlt recognises a file it wrote itself (the overwrite rule: :mod:`.atomic`).
 
-Every file the command line writes carries a record:
+Every file sjlt writes carries a record:
 
 * a ``.npy`` projection: the JSON sidecar ``OUTPUT.json`` (:func:`projection_metadata`), whose
   ``input_shape``, ``out_features`` and ``output_dtype`` must match the array's header;
@@ -21,6 +21,8 @@ from .. import __version__, spec
 PLOT_MARK = f"sjlt evaluate {__version__}"
 PLOT_FORMATS = ("png", "svg", "pdf")
 EVALUATE_WRITER = "sjlt evaluate"
+#: Schema metadata key under which a parquet projection records its settings.
+PARQUET_METADATA_KEY = b"sjlt"
 _PROJECTION_KEYS = {"sjlt_version", "spec_version", "seed", "out_features", "nnz", "input_shape",
                     "output_dtype"}
 _MARK_WINDOW = 1 << 16  # the metadata of our figures lies in the first or last 64 KiB
@@ -74,8 +76,22 @@ def _npy_matches_record(path: Path, record) -> bool:
 def _parquet_record(path: Path):
     import pyarrow.parquet as pq
 
-    raw = (pq.read_schema(path).metadata or {}).get(b"sjlt")
+    raw = (pq.read_schema(path).metadata or {}).get(PARQUET_METADATA_KEY)
     return None if raw is None else json.loads(raw)
+
+
+def read_provenance(path) -> dict | None:
+    """The projection record of a ``.npy`` (from its sidecar ``PATH.json``) or parquet output, or
+    None when it has none. Raises OSError (or pyarrow's error) for an unreadable file."""
+    path = Path(path)
+    if path.name.lower().endswith(".npy"):
+        sidecar = path.with_name(path.name + ".json")
+        if not sidecar.is_file():
+            return None
+        record = _read_json(sidecar)
+    else:
+        record = _parquet_record(path)
+    return record if is_projection_record(record) else None
 
 
 def _has_plot_mark(path: Path) -> bool:

@@ -2,7 +2,7 @@
 
 The reader does not memory-map the file: pages of a mapping count toward the process's resident
 memory and address space until the kernel evicts them, so a 150 GB input could show 150 GB
-resident. It reads each batch with ``readinto`` into a reusable (pinned, on GPU) buffer instead:
+resident. It reads each batch with ``readinto`` into a reusable buffer of a pool instead:
 one copy, as the mapping would make, with memory fixed by the batch size.
 """
 from __future__ import annotations
@@ -18,11 +18,10 @@ from typing import Iterator
 import numpy as np
 import numpy.lib.format as npy_format
 
-from .errors import CLIError
-from .io import Batch
-from .pipeline import BufferPool
+from .. import spec
+from .errors import FileProjectionError
+from .pipeline import Batch, BufferPool
 
-FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 _MAX_HEADER_BYTES = 1 << 20
 
 
@@ -35,7 +34,7 @@ class NpyHeader:
 
 
 def read_npy_header(path: Path) -> NpyHeader:
-    """The header of a .npy file; a clear :class:`CLIError` for anything but a valid one."""
+    """The header of a .npy file; a clear :class:`FileProjectionError` for anything but a valid one."""
     try:
         with open(path, "rb") as f:
             try:
@@ -47,13 +46,13 @@ def read_npy_header(path: Path) -> NpyHeader:
                 else:
                     raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
             except (ValueError, SyntaxError, EOFError) as error:
-                raise CLIError(f"INPUT {str(path)!r} is not a readable .npy file ({error}); "
+                raise FileProjectionError(f"INPUT {str(path)!r} is not a readable .npy file ({error}); "
                                f"write it with numpy.save") from None
             offset = f.tell()
     except OSError as error:
-        raise CLIError(f"cannot read INPUT {str(path)!r}: {error.strerror or error}") from None
+        raise FileProjectionError(f"cannot read INPUT {str(path)!r}: {error.strerror or error}") from None
     if any(int(size) < 0 for size in shape):
-        raise CLIError(f"INPUT {str(path)!r} has a damaged .npy header: its shape {tuple(shape)} "
+        raise FileProjectionError(f"INPUT {str(path)!r} has a damaged .npy header: its shape {tuple(shape)} "
                        f"has a negative dimension; write the file again with numpy.save")
     return NpyHeader(tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran), offset)
 
@@ -61,26 +60,26 @@ def read_npy_header(path: Path) -> NpyHeader:
 def check_embedding_array(path: Path, header: NpyHeader) -> None:
     shape, dtype = header.shape, header.dtype
     name = repr(str(path))
-    if dtype.type not in FLOAT_DTYPES:
-        raise CLIError(f"INPUT {name} holds {dtype} values; sjlt projects floating-point "
+    if dtype.name not in spec.NUMPY_FLOAT_DTYPES:
+        raise FileProjectionError(f"INPUT {name} holds {dtype} values; sjlt projects floating-point "
                        f"embeddings: save them as float16, float32 or float64, "
                        f"e.g. numpy.save(path, a.astype(numpy.float32))")
     if len(shape) < 2:
-        raise CLIError(f"INPUT {name} is a {len(shape)}-D array of shape {shape}; sjlt projects "
+        raise FileProjectionError(f"INPUT {name} is a {len(shape)}-D array of shape {shape}; sjlt projects "
                        f"the rows of a 2-D (rows, features) array: save one vector as "
                        f"a.reshape(1, -1)")
     if shape[-1] == 0:
-        raise CLIError(f"INPUT {name} has shape {shape}: 0 features per row, nothing to project")
+        raise FileProjectionError(f"INPUT {name} has shape {shape}: 0 features per row, nothing to project")
     if header.fortran_order and len(shape) > 2:
-        raise CLIError(f"INPUT {name} is a {len(shape)}-D array in Fortran order; save it in C "
+        raise FileProjectionError(f"INPUT {name} is a {len(shape)}-D array in Fortran order; save it in C "
                        f"order: numpy.save(path, numpy.ascontiguousarray(a))")
     needed = header.data_offset + math.prod(shape) * dtype.itemsize
     actual = os.path.getsize(path)
     if actual < needed:
-        raise CLIError(f"INPUT {name} is truncated: its header promises {needed:,} bytes but the "
+        raise FileProjectionError(f"INPUT {name} is truncated: its header promises {needed:,} bytes but the "
                        f"file has {actual:,}; write it again")
     if actual > needed:  # numpy.save writes exactly header + data: the shape is wrong
-        raise CLIError(f"INPUT {name} does not match its header: the shape {shape} accounts for "
+        raise FileProjectionError(f"INPUT {name} does not match its header: the shape {shape} accounts for "
                        f"{needed:,} bytes but the file has {actual:,} ({actual - needed:,} more), "
                        f"so the header is damaged or was edited; write the file again with "
                        f"numpy.save")
@@ -92,7 +91,7 @@ def _read_exactly(f, view: memoryview, offset: int) -> None:
     while done < len(view):
         count = f.readinto(view[done:])
         if not count:
-            raise CLIError(f"INPUT {f.name!r} ended early (was it truncated while being read?)")
+            raise FileProjectionError(f"INPUT {f.name!r} ended early (was it truncated while being read?)")
         done += count
 
 

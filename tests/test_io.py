@@ -1,0 +1,99 @@
+"""sjlt.io as a library: its public names, its exception type, and the host<->device pipeline."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import sjlt
+import sjlt.io
+from sjlt.io import FileProjectionError, Settings, project_file, read_provenance
+from sjlt.io.rows import DeviceStream, project_rows, tensor_view
+
+
+def _rows(n=50, d=24, dtype=np.float32):
+    return np.random.default_rng(1).standard_normal((n, d)).astype(dtype)
+
+
+def test_importing_the_layer_is_cheap():
+    done = subprocess.run([sys.executable, "-c", "import sys, sjlt.io; heavy = [m for m in "
+                           "('torch', 'numpy', 'pyarrow') if m in sys.modules]; assert not heavy, heavy"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_public_names_resolve():
+    for name in sjlt.io.__all__:
+        assert getattr(sjlt.io, name) is not None
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".parquet"])
+def test_project_file_records_its_provenance(tmp_path, suffix):
+    x = _rows()
+    np.save(tmp_path / "in.npy", x)
+    result = project_file(tmp_path / "in.npy", tmp_path / f"out{suffix}", Settings(out_features=8, seed=5))
+    assert result.rows == 50 and result.in_features == 24 and result.out_features == 8
+    record = read_provenance(tmp_path / f"out{suffix}")
+    assert record["seed"] == 5 and record["out_features"] == 8 and record["input_shape"] == [50, 24]
+    assert record["spec_version"] == sjlt.SPEC_VERSION
+
+
+def test_read_provenance_of_files_sjlt_did_not_write(tmp_path):
+    np.save(tmp_path / "plain.npy", _rows())
+    pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "plain.parquet")
+    assert read_provenance(tmp_path / "plain.npy") is None
+    assert read_provenance(tmp_path / "plain.parquet") is None
+
+
+def test_errors_are_the_library_type_not_the_cli_type(tmp_path):
+    with pytest.raises(FileProjectionError, match="No such file"):
+        project_file(tmp_path / "missing.npy", tmp_path / "out.npy", Settings(out_features=4))
+    np.save(tmp_path / "in.npy", _rows())
+    project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=4))
+    with pytest.raises(FileProjectionError, match="--overwrite"):
+        project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=4))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("rows_per_chunk", [None, 7, 50, 1000])
+def test_project_rows_equals_sparse_jl(dtype, rows_per_chunk):
+    x = _rows(dtype=dtype)
+    expected = sjlt.sparse_jl(torch.from_numpy(x), 16, seed=3, nnz=2).numpy()
+    got = project_rows(x, 16, seed=3, nnz=2, device=torch.device("cpu"), rows_per_chunk=rows_per_chunk)
+    assert got.dtype == dtype and got.shape == (50, 16)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_project_rows_takes_read_only_and_reversed_arrays_without_a_warning(recwarn):
+    x = _rows()
+    x.flags.writeable = False
+    reversed_rows = x[::-1]
+    got = project_rows(reversed_rows, 8, seed=0, nnz=8, device=torch.device("cpu"))
+    np.testing.assert_array_equal(got, sjlt.sparse_jl(torch.from_numpy(x[::-1].copy()), 8, seed=0).numpy())
+    assert tensor_view(x).data_ptr() == x.ctypes.data  # a view, not a copy
+    assert not [w for w in recwarn if "not writable" in str(w.message)]
+
+
+def test_device_stream_returns_results_in_order_with_their_tags():
+    stream = DeviceStream(lambda chunk: chunk * 2, torch.device("cpu"))
+    out = torch.empty(2, 3)
+    finished = stream.submit(torch.ones(2, 3), tag="a") + stream.submit(torch.ones(2, 3), "b", out=out)
+    finished += stream.finish()
+    assert [tag for tag, _ in finished] == ["a", "b"]
+    assert finished[1][1] is out and torch.equal(out, torch.full((2, 3), 2.0))
+
+
+def test_map_row_blocks_projects_each_row_chunk():
+    da = pytest.importorskip("dask.array")
+    from sjlt.io.blocks import map_row_blocks
+
+    x = _rows(n=40, d=30)
+    lazy = map_row_blocks(da.from_array(x, chunks=(15, 10)), 8, seed=2, nnz=8, device="cpu")
+    assert lazy.chunks == ((15, 15, 10), (8,))
+    np.testing.assert_allclose(lazy.compute(), sjlt.sparse_jl(torch.from_numpy(x), 8, seed=2).numpy(),
+                               rtol=1e-6, atol=1e-6)
