@@ -18,7 +18,7 @@ from triton.testing import do_bench
 
 from sjlt import backends, reference, spec
 from sjlt.ops import choice, dense
-from sjlt.ops import sparse_jl as ops
+from sjlt.ops import layouts
 from sjlt.ops._launch import FP32_PASSES
 
 SEED = 11
@@ -49,8 +49,8 @@ def sweep(lines: list[str], bw: float) -> None:
                 nnz = spec.resolve_nnz(None, k)
                 y = torch.randn(n, k, device="cuda", dtype=dtype)
                 floor = (n * d + n * k) * x.element_size() / bw * 1e3
-                kernel = bench(lambda: ops.triton_forward(x, k, key0, key1, nnz, 0))
-                kernel_t = bench(lambda: ops.triton_transpose(y, d, key0, key1, nnz, 0))
+                kernel = bench(lambda: layouts.triton_forward(x, k, key0, key1, nnz, 0))
+                kernel_t = bench(lambda: layouts.triton_transpose(y, d, key0, key1, nnz, 0))
                 fits = d * k * x.element_size() <= backends.dense_cache_bytes
                 dense_ms = bench(lambda: dense.forward(x, k, key0, key1, nnz, 0)) if fits else float("nan")
                 dense_t = bench(lambda: dense.transpose(y, d, key0, key1, nnz, 0)) if fits else float("nan")
@@ -79,8 +79,8 @@ def precision(lines: list[str], bw: float) -> None:
         floor = (n * d + n * k) * 4 / bw * 1e3
         for mode, passes in FP32_PASSES.items():
             torch.set_float32_matmul_precision(mode)
-            ms = bench(lambda: ops.triton_forward(x, k, key0, key1, nnz, 0))
-            got = ops.triton_forward(x, k, key0, key1, nnz, 0)[rows].double()
+            ms = bench(lambda: layouts.triton_forward(x, k, key0, key1, nnz, 0))
+            got = layouts.triton_forward(x, k, key0, key1, nnz, 0)[rows].double()
             error = float((got - want).abs().max() / want.abs().max())
             lines.append(f"| {n} | {d} | {k} | {mode} | {passes} | {ms:.3f} | {100 * floor / ms:.0f}% | {error:.1e} |")
     torch.set_float32_matmul_precision(previous)

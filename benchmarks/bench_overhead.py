@@ -29,7 +29,7 @@ import triton.language as tl
 import sjlt
 from sjlt import functional as F
 from sjlt import spec
-from sjlt.ops import sparse_jl as sjl_ops
+from sjlt.ops import layouts
 
 D, K, SEED = 1024, 256, 7
 
@@ -56,7 +56,7 @@ def wall_us(fn, calls: int = 2000, runs: int = 7) -> float:
 
 def launcher(x, k, nnz):
     key0, key1 = spec.philox_key(SEED)
-    return lambda: sjl_ops.triton_forward(x, k, key0, key1, nnz, 0)
+    return lambda: layouts.triton_forward(x, k, key0, key1, nnz, 0)
 
 
 def sjlt_rows(lines: list[str]) -> None:

@@ -11,7 +11,7 @@ from ._backend import check_backend
 from ._dtypes import TORCH_COMPLEX_DTYPES, TORCH_FLOAT_DTYPES
 from ._memory import check_output_fits
 from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
-from .ops import choice, dense
+from .ops import choice, dense, layouts
 from .ops import sparse_jl as _sparse_jl_ops
 
 __all__ = ["sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
@@ -134,7 +134,7 @@ def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int
     from ._backend import use_triton
 
     if use_triton(backend, probe):
-        rows, negative = _sparse_jl_ops.triton_hash(d, k, key0, key1, nnz, column_offset, device)
+        rows, negative = layouts.triton_hash(d, k, key0, key1, nnz, column_offset, device)
     else:
         rows, negative = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz,
                                                   column_offset=column_offset, device=device)

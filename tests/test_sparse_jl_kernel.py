@@ -5,7 +5,7 @@ import torch
 
 from sjlt import reference, spec
 from sjlt.ops import classic, windowed
-from sjlt.ops import sparse_jl as ops
+from sjlt.ops import layouts
 from sjlt.ops._launch import Tiling
 
 # Max |kernel - float64 reference| / max |reference|. float32 must be float32-accurate (the issue's
@@ -38,7 +38,7 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("n,d,k,nnz,offset,seed", SHAPES)
 def test_kernel_hash_table_equals_reference(kernel_device, n, d, k, nnz, offset, seed):
-    rows, negative = ops.triton_hash(d, k, *_key(seed), nnz, offset, kernel_device)
+    rows, negative = layouts.triton_hash(d, k, *_key(seed), nnz, offset, kernel_device)
     ref_rows, ref_negative = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz, column_offset=offset)
     assert torch.equal(rows.cpu(), ref_rows)
     assert torch.equal(negative.cpu(), ref_negative)
@@ -49,7 +49,7 @@ def test_kernel_hash_table_equals_reference(kernel_device, n, d, k, nnz, offset,
 def test_forward_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, offset, seed):
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
-    got = ops.triton_forward(x.to(kernel_device), k, *_key(seed), nnz, offset)
+    got = layouts.triton_forward(x.to(kernel_device), k, *_key(seed), nnz, offset)
     assert got.dtype == dtype and got.shape == (n, k)
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
@@ -70,7 +70,7 @@ def test_forward_column_splits_match_reference(kernel_device, rng, splits, k):
 def test_transpose_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, offset, seed):
     y = torch.randn(n, k, generator=rng).to(dtype)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
-    got = ops.triton_transpose(y.to(kernel_device), d, *_key(seed), nnz, offset)
+    got = layouts.triton_transpose(y.to(kernel_device), d, *_key(seed), nnz, offset)
     assert got.dtype == dtype and got.shape == (n, d)
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
@@ -81,17 +81,17 @@ def test_kernels_read_strided_inputs(kernel_device, rng, k):
     x = base[::3, ::2]  # strides (900, 2): no copy is made by the launcher
     assert not x.is_contiguous()
     want = reference.sparse_jl_forward(x.double(), k, seed=3, nnz=4)
-    assert _relative_error(ops.triton_forward(x.to(kernel_device), k, *_key(3), 4, 0), want) <= 1e-5
+    assert _relative_error(layouts.triton_forward(x.to(kernel_device), k, *_key(3), 4, 0), want) <= 1e-5
     y = torch.randn(k, 30, generator=rng).t()  # (30, k) column-major
     want_t = reference.sparse_jl_transpose(y.double(), 150, seed=3, nnz=4)
-    assert _relative_error(ops.triton_transpose(y.to(kernel_device), 150, *_key(3), 4, 0), want_t) <= 1e-5
+    assert _relative_error(layouts.triton_transpose(y.to(kernel_device), 150, *_key(3), 4, 0), want_t) <= 1e-5
 
 
 @pytest.mark.parametrize("k", [80, 128])  # classic, windowed
 def test_forward_is_bitwise_deterministic(kernel_device, rng, k):
     x = torch.randn(50, 333, generator=rng).to(kernel_device)
-    first = ops.triton_forward(x, k, *_key(11), 8, 0)
-    assert torch.equal(first, ops.triton_forward(x, k, *_key(11), 8, 0))
+    first = layouts.triton_forward(x, k, *_key(11), 8, 0)
+    assert torch.equal(first, layouts.triton_forward(x, k, *_key(11), 8, 0))
     layout = windowed if spec.is_windowed(k, 8) else classic
     split = layout.forward(x, k, *_key(11), 8, 0, Tiling(splits=3))
     assert torch.equal(split, layout.forward(x, k, *_key(11), 8, 0, Tiling(splits=3)))
@@ -103,7 +103,7 @@ def test_float32_is_not_rounded_through_tf32(kernel_device, k):
     x = torch.full((16, 64), 1.0 + 2**-20, dtype=torch.float32)
     x[:, 1::2] = 3.0 + 2**-21
     want = reference.sparse_jl_forward(x.double(), k, seed=1, nnz=1)
-    got = ops.triton_forward(x.to(kernel_device), k, *_key(1), 1, 0)
+    got = layouts.triton_forward(x.to(kernel_device), k, *_key(1), 1, 0)
     assert _relative_error(got, want) <= 1e-6
 
 
@@ -200,8 +200,8 @@ def test_float32_precision_modes(k, nnz, kernel_device, rng, monkeypatch):
     try:
         for mode, tolerance in PRECISION_TOLERANCE.items():
             torch.set_float32_matmul_precision(mode)
-            got = ops.triton_forward(x.float().to(kernel_device), k, key0, key1, nnz, 0).double().cpu()
-            got_t = ops.triton_transpose(y.float().to(kernel_device), 200, key0, key1, nnz, 0).double().cpu()
+            got = layouts.triton_forward(x.float().to(kernel_device), k, key0, key1, nnz, 0).double().cpu()
+            got_t = layouts.triton_transpose(y.float().to(kernel_device), 200, key0, key1, nnz, 0).double().cpu()
             errors[mode] = max(float((got - want).abs().max() / want.abs().max()),
                                float((got_t - want_t).abs().max() / want_t.abs().max()))
             assert errors[mode] <= tolerance, (mode, errors)

@@ -7,10 +7,11 @@ from typing import NamedTuple
 import torch
 
 from .. import _buffers
+from .._dtypes import TORCH_FLOAT_DTYPES
 from .._backend import dot_dtype, multiprocessor_count
 
-#: Input dtypes the SJLT kernels take (float64 runs the reference).
-KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: Input dtypes the SJLT kernels take: sjlt's float dtypes but float64, which runs the reference.
+KERNEL_DTYPES = tuple(dtype for dtype in TORCH_FLOAT_DTYPES if dtype != torch.float64)
 
 #: bfloat16 terms of a float32 input's split per torch.get_float32_matmul_precision(): "highest"
 #: (torch's default) is exact; "high" and "medium" trade bits for speed, as torch.matmul does.

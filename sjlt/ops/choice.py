@@ -22,6 +22,7 @@ import torch
 
 from .. import backends
 from . import dense
+from .layouts import triton_forward, triton_transpose
 
 #: Inputs below this size are launch-bound on an H100: the GPU time of either algorithm is a few µs,
 #: and the host-side launch decides.
@@ -69,8 +70,6 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int) -> str:
 
 
 def _time_and_pick(x, in_features, out_features, nnz, key0, key1, column_offset, transpose) -> str:
-    from .sparse_jl import triton_forward, triton_transpose
-
     if transpose:
         candidates = {DENSE: lambda: dense.transpose(x, in_features, key0, key1, nnz, column_offset),
                       KERNEL: lambda: triton_transpose(x, in_features, key0, key1, nnz, column_offset)}

@@ -18,6 +18,7 @@ import torch
 
 from .. import backends
 from ._launch import KERNEL_DTYPES
+from .layouts import triton_hash  # the kernels' own tables: the dense S is the kernels' S
 
 _CACHE: "OrderedDict[tuple, torch.Tensor]" = OrderedDict()
 _cached_bytes = 0
@@ -64,7 +65,6 @@ def sign_matrix(in_features: int, out_features: int, key0: int, key1: int, nnz: 
     if signs is not None:
         _CACHE.move_to_end(key)
         return signs
-    from .sparse_jl import triton_hash  # the kernels' own tables: the dense S is the kernels' S
 
     rows, negative = triton_hash(in_features, out_features, key0, key1, nnz, column_offset, device)
     signs = torch.zeros(out_features, in_features, dtype=dtype, device=device)

@@ -12,9 +12,9 @@ import torch
 
 from .. import _buffers, reference, spec
 from .._backend import use_triton
+from .._dtypes import TORCH_FLOAT_DTYPES  # the dropout kernel takes all of them
 from ._library import LIBRARY, define
 
-_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 # The 1-element scale tensor of each (p, dtype, device): built once, not per call (it would cost a
 # launch each time).
@@ -97,7 +97,7 @@ def _dropout_kernel(x: torch.Tensor, p: float, seed: torch.Tensor, backend: str)
         return torch.empty_like(x, memory_format=torch.contiguous_format)
     if p >= 1.0:
         return torch.zeros(x.shape, dtype=x.dtype, device=x.device)
-    if use_triton(backend, x, supports_dtype=x.dtype in _KERNEL_DTYPES):
+    if use_triton(backend, x, supports_dtype=x.dtype in TORCH_FLOAT_DTYPES):
         return triton_dropout(x, p, seed)
     return reference.seeded_dropout(x, p, seed=seed)
 

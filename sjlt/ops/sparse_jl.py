@@ -3,7 +3,7 @@
 Each op is the other's backward; both regenerate S from (key, nnz, column_offset), so autograd
 saves no tensor at all. Inputs here are already validated 2-D real tensors (see
 ``sjlt.functional``). On CUDA the algorithm (``choice``) is the kernel of S's layout
-(``windowed``, ``classic``) or the dense one (``dense``); elsewhere the reference runs.
+(``layouts``) or the dense one (``dense``); elsewhere the reference runs.
 """
 from __future__ import annotations
 
@@ -11,39 +11,10 @@ import torch
 
 from .. import reference, spec
 from .._backend import use_triton
-from . import choice, classic, dense, windowed
+from . import choice, dense
+from .layouts import triton_forward, triton_transpose
 from ._launch import KERNEL_DTYPES
 from ._library import LIBRARY, define, register_autocast_like_linear
-
-
-def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
-                   column_offset: int) -> torch.Tensor:
-    """Y = x S^T with the Triton kernel of S's layout."""
-    layout = windowed if spec.is_windowed(out_features, nnz) else classic
-    return layout.forward(x, out_features, key0, key1, nnz, column_offset)
-
-
-def triton_transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
-                     column_offset: int) -> torch.Tensor:
-    """Z = y S with the Triton kernel of S's layout."""
-    layout = windowed if spec.is_windowed(y.shape[1], nnz) else classic
-    return layout.transpose(y, in_features, key0, key1, nnz, column_offset)
-
-
-def triton_hash(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
-                column_offset: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernels' own (rows, negative) table, for materialising S and for tests."""
-    if spec.is_windowed(out_features, nnz):
-        tables = windowed.window_tables(in_features, out_features, key0, key1, nnz, column_offset, device)
-        return reference.windowed_rows(in_features, column_offset, tables.words.t().to(torch.int64) & 0xFFFFFFFF,
-                                       tables.rotations.to(torch.int64), tables.group_base * tables.windows,
-                                       tables.group_base, out_features, nnz)
-    table = classic.hash_table(in_features, out_features, key0, key1, nnz, column_offset, device)
-    return (table & 0x7FFFFFFF).to(torch.int64), table < 0
-
-
-def _seed(key0: int, key1: int) -> int:
-    return key0 | (key1 << 32)
 
 
 def _forward_kernel(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
@@ -57,7 +28,7 @@ def _forward_kernel(x: torch.Tensor, out_features: int, key0: int, key1: int, nn
     # The op's contract (checked by opcheck against the fake) is a contiguous output, and the
     # reference accumulates in float32 on purpose: an enclosing autocast must not recast it.
     with torch.autocast(x.device.type, enabled=False):
-        return reference.sparse_jl_forward(x, out_features, seed=_seed(key0, key1), nnz=nnz,
+        return reference.sparse_jl_forward(x, out_features, seed=spec.seed_from_key(key0, key1), nnz=nnz,
                                            column_offset=column_offset).contiguous()
 
 
@@ -71,7 +42,7 @@ def _transpose_kernel(y: torch.Tensor, in_features: int, key0: int, key1: int, n
             return dense.transpose(y, in_features, key0, key1, nnz, column_offset)
         return triton_transpose(y, in_features, key0, key1, nnz, column_offset)
     with torch.autocast(y.device.type, enabled=False):
-        return reference.sparse_jl_transpose(y, in_features, seed=_seed(key0, key1), nnz=nnz,
+        return reference.sparse_jl_transpose(y, in_features, seed=spec.seed_from_key(key0, key1), nnz=nnz,
                                              column_offset=column_offset).contiguous()
 
 
