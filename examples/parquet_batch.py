@@ -34,13 +34,12 @@ def up_to_date(shard: Path, output: Path, settings: Settings) -> bool:
         return False
     try:
         recorded = read_provenance(output)
-    except (OSError, pa.ArrowException):
-        return False  # unreadable: make it again
+    except (OSError, pa.ArrowException, FileProjectionError):
+        return False  # unreadable, or made under an older stream spec: make it again
     if recorded is None:
         return False
     wanted = {"seed": settings.seed, "out_features": settings.out_features,
-              "nnz": spec.resolve_nnz(settings.nnz, settings.out_features),
-              "spec_version": spec.SPEC_VERSION}
+              "nnz": spec.resolve_nnz(settings.nnz, settings.out_features)}
     rows = pq.ParquetFile(shard).metadata.num_rows
     return all(recorded.get(key) == value for key, value in wanted.items()) and \
         recorded.get("input_shape", [None])[0] == rows

@@ -43,7 +43,10 @@ class SparseJL(torch.nn.Module):
     def set_extra_state(self, state):
         if state.get("spec_version") != spec.SPEC_VERSION:
             raise RuntimeError(f"this SparseJL state was saved with spec version {state.get('spec_version')}, "
-                               f"but sjlt implements spec version {spec.SPEC_VERSION}; the matrix would differ")
+                               f"but sjlt implements spec version {spec.SPEC_VERSION}; the matrix would differ "
+                               f"(docs/spec.md, version history). Re-create the module with this sjlt (same "
+                               f"seed) and retrain what follows it, or load the state with the sjlt release "
+                               f"that saved it")
         if (state["in_features"], state["out_features"]) != (self.in_features, self.out_features):
             raise RuntimeError(
                 f"SparseJL shape mismatch: the state is {state['in_features']} -> {state['out_features']}, "
@@ -124,7 +127,7 @@ class SeededDropout(torch.nn.Module):
         return {"p": self.p, "seed": self.seed, "calls": self.calls, "spec_version": spec.SPEC_VERSION}
 
     def set_extra_state(self, state):
-        if state.get("spec_version") != spec.SPEC_VERSION:
+        if state.get("spec_version") not in spec.DROPOUT_SAME_SINCE:
             raise RuntimeError(f"this SeededDropout state was saved with spec version {state.get('spec_version')}, "
                                f"but sjlt implements spec version {spec.SPEC_VERSION}; its masks would differ. "
                                f"Re-create the module with the sjlt version that saved it, or start a new one")

@@ -10,6 +10,8 @@ import numbers
 
 #: Format version of every stream below. Bump it on any change to the distribution.
 SPEC_VERSION = 3
+#: The versions whose seeded-dropout stream is the current one (it has not changed since v1).
+DROPOUT_SAME_SINCE = (1, 2, 3)
 
 #: Philox counter word c3 for each consumer: distinct values keep the SJLT and dropout streams
 #: disjoint under the same seed. ASCII 'SJLT' and 'DROP'.

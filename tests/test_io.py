@@ -97,3 +97,25 @@ def test_map_row_blocks_projects_each_row_chunk():
     assert lazy.chunks == ((15, 15, 10), (8,))
     np.testing.assert_allclose(lazy.compute(), sjlt.sparse_jl(torch.from_numpy(x), 8, seed=2).numpy(),
                                rtol=1e-6, atol=1e-6)
+
+
+def test_outputs_of_an_older_stream_spec_refuse_to_load(tmp_path):
+    """An output whose record names another spec version is not this sjlt's matrix: reading its
+    record says so and what to do; the overwrite rule still recognises it as sjlt's own."""
+    import json
+
+    import numpy as np
+
+    from sjlt import spec
+
+    np.save(tmp_path / "in.npy", np.random.default_rng(0).standard_normal((20, 32)).astype(np.float32))
+    project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=16, seed=1))
+    sidecar = tmp_path / "out.npy.json"
+    record = json.loads(sidecar.read_text())
+    record["spec_version"] = spec.SPEC_VERSION - 1
+    sidecar.write_text(json.dumps(record))
+    with pytest.raises(FileProjectionError, match=f"version {spec.SPEC_VERSION - 1}.*project the input again"):
+        read_provenance(tmp_path / "out.npy")
+    assert read_provenance(tmp_path / "out.npy", current_spec=False)["spec_version"] == spec.SPEC_VERSION - 1
+    project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=16, seed=1, overwrite=True))
+    assert read_provenance(tmp_path / "out.npy")["spec_version"] == spec.SPEC_VERSION

@@ -124,6 +124,17 @@ def test_state_dict_round_trip_and_version_check():
     saved["_extra_state"]["spec_version"] = 999
     with pytest.raises(RuntimeError, match="spec version 999"):
         sjlt.SeededDropout(0.2, seed=5).load_state_dict(saved)
+    saved["_extra_state"]["spec_version"] = 2  # dropout's stream is the same since v1: accepted
+    older = sjlt.SeededDropout(0.2, seed=5)
+    older.load_state_dict(saved)
+    assert older.calls == 2
+
+
+def test_sparse_jl_state_of_an_older_spec_refuses_to_load_and_says_what_to_do():
+    state = sjlt.SparseJL(64, 32, seed=1).state_dict()
+    state["_extra_state"]["spec_version"] = 2  # v3 changed the windowed matrices
+    with pytest.raises(RuntimeError, match="spec version 2.*Re-create the module"):
+        sjlt.SparseJL(64, 32, seed=1).load_state_dict(state)
 
 
 def test_module_moves_its_seed_state_to_the_input_device_in_eager_mode(rng):

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from .. import __version__, spec
+from .errors import FileProjectionError
 
 #: Written into the metadata of every figure of ``sjlt evaluate --plot`` (PNG "Software",
 #: SVG/PDF "Creator"), and looked for when deciding whether --overwrite may replace one.
@@ -80,9 +81,11 @@ def _parquet_record(path: Path):
     return None if raw is None else json.loads(raw)
 
 
-def read_provenance(path) -> dict | None:
+def read_provenance(path, *, current_spec: bool = True) -> dict | None:
     """The projection record of a ``.npy`` (from its sidecar ``PATH.json``) or parquet output, or
-    None when it has none. Raises OSError (or pyarrow's error) for an unreadable file."""
+    None when it has none. Raises OSError (or pyarrow's error) for an unreadable file, and with
+    ``current_spec`` (the default) FileProjectionError for an output made under another stream
+    spec version, whose matrix this sjlt no longer reproduces."""
     path = Path(path)
     if path.name.lower().endswith(".npy"):
         sidecar = path.with_name(path.name + ".json")
@@ -91,7 +94,15 @@ def read_provenance(path) -> dict | None:
         record = _read_json(sidecar)
     else:
         record = _parquet_record(path)
-    return record if is_projection_record(record) else None
+    if not is_projection_record(record):
+        return None
+    if current_spec and record["spec_version"] != spec.SPEC_VERSION:
+        raise FileProjectionError(
+            f"{path} was projected under sjlt's stream spec version {record['spec_version']}, but this sjlt "
+            f"implements version {spec.SPEC_VERSION}, whose matrix differs (docs/spec.md, version history): "
+            f"project the input again with this version (same seed) rather than mixing the two, or read it "
+            f"with the sjlt release that wrote it")
+    return record
 
 
 def _has_plot_mark(path: Path) -> bool:
