@@ -46,6 +46,11 @@ TABLE_CACHE_BYTES = 64 << 20
 
 #: Staged half-precision blocks hold at most this many float32 elements per thread.
 _STAGE_ELEMENTS = 1 << 20
+#: Threads split the rows at tile boundaries, so each row's sums run in the same order whatever the
+#: thread count. Below _FEW_ROWS rows with more than one table they split the columns instead: the
+#: forward sums _COLUMN_GROUPS fixed groups of tables separately and adds them in group order.
+_FEW_ROWS = 128
+_COLUMN_GROUPS = 8
 
 
 def sparse_jl_forward(x: torch.Tensor, out_features: int, *, seed: int, nnz: int,
@@ -301,16 +306,22 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
             if not direct:
                 y[start:stop].copy_(out)
 
-    row_tiles = -(-n // tile)
-    if row_tiles >= threads or len(tables) == 1:
+    if n >= _FEW_ROWS or len(tables) == 1:
         y = _output(n, out_features, x.dtype)
         _run([lambda rows=rows: project(rows, tables, y) for rows in _split(n, threads, tile)])
         return y
-    # Few rows and many columns: each thread sums its share of the columns, then the shares add.
-    groups = [tables[a:b] for a, b in _split(len(tables), threads)]
-    partials = [torch.empty(n, out_features, dtype=acc) for _ in groups]
-    _run([lambda group=group, out=out: project((0, n), group, out) for group, out in zip(groups, partials)])
-    return torch.stack(partials).sum(0).to(x.dtype)
+    groups = [tables[a:b] for a, b in _split(len(tables), _COLUMN_GROUPS)]
+    partials = torch.empty(len(groups), n, out_features, dtype=acc)
+
+    def project_groups(first, last):
+        for index in range(first, last):
+            project((0, n), groups[index], partials[index])
+
+    _run([lambda share=share: project_groups(*share) for share in _split(len(groups), threads)])
+    total = partials[0]
+    for partial in partials[1:]:  # in group order, whatever the thread count
+        total += partial
+    return total.to(x.dtype)
 
 
 def _numba_transpose(kernels, y, in_features, *, seed, nnz, column_offset):
@@ -338,10 +349,9 @@ def _numba_transpose(kernels, y, in_features, *, seed, nnz, column_offset):
                 if staged:
                     target.copy_(out)
 
-    row_tiles = -(-n // tile)
-    if row_tiles >= threads or len(tables) == 1:
+    if n >= _FEW_ROWS or len(tables) == 1:
         _run([lambda rows=rows: project(rows, tables) for rows in _split(n, threads, tile)])
-    else:  # few rows and many columns: the threads write disjoint columns of z
+    else:  # the threads write disjoint columns of z
         _run([lambda a=a, b=b: project((0, n), tables[a:b]) for a, b in _split(len(tables), threads)])
     return z
 

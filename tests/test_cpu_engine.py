@@ -299,11 +299,14 @@ def test_one_torch_thread_computes_in_the_calling_thread(monkeypatch, rng):
     assert results["y"].shape == (300, 64) and results["z"].shape == (300, 200)
 
 
-def test_thread_count_does_not_change_the_result(monkeypatch, rng):
-    """Rows are split at tile boundaries, so every row is summed in the same order."""
+@pytest.mark.parametrize("n, table_columns", [(1000, 1 << 16), (5, 16)], ids=["row_split", "column_split"])
+def test_thread_count_does_not_change_the_result(monkeypatch, n, table_columns, rng):
+    """Rows are split at tile boundaries and column groups add in a fixed order, so the result is
+    bitwise the same for any thread count."""
     monkeypatch.delenv(cpu_engine.ENGINE_VARIABLE, raising=False)
-    x = torch.randn(1000, 300, generator=rng)
-    y = torch.randn(1000, 256, generator=rng)
+    monkeypatch.setattr(cpu_engine, "TABLE_COLUMNS", table_columns)
+    x = torch.randn(n, 300, generator=rng)
+    y = torch.randn(n, 256, generator=rng)
     before = torch.get_num_threads()
     results = []
     try:
