@@ -178,13 +178,10 @@ def _table(out_features: int, *, seed: int, nnz: int, column_offset: int, width:
     return table_cache.get((seed, out_features, nnz, column_offset, width, dtype), make)
 
 
-def _tables(columns: int, out_features: int, *, seed: int, nnz: int, column_offset: int,
-            dtype: torch.dtype):
-    """[(start, width, table)] covering columns [0, columns), TABLE_COLUMNS at a time."""
-    return [(start, width, _table(out_features, seed=seed, nnz=nnz, column_offset=column_offset + start,
-                                  width=width, dtype=dtype))
-            for start in range(0, columns, TABLE_COLUMNS)
-            for width in [min(TABLE_COLUMNS, columns - start)]]
+def _table_ranges(columns: int):
+    """[(start, width)] of the tables covering columns [0, columns), TABLE_COLUMNS at a time.
+    Tables are fetched one at a time, so a call holds at most one uncached table per thread."""
+    return [(start, min(TABLE_COLUMNS, columns - start)) for start in range(0, columns, TABLE_COLUMNS)]
 
 
 _HUGE_PAGE_BYTES = 2 << 20
@@ -285,37 +282,48 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
     acc = reference._accumulation_dtype(x.dtype)
     staged = x.dtype != acc
     tile = kernels.TILE_ROWS
-    tables = _tables(d, out_features, seed=seed, nnz=nnz, column_offset=column_offset, dtype=acc)
+    ranges = _table_ranges(d)
     threads = max(1, torch.get_num_threads())
-    widest = max(width for _, width, _ in tables)
 
-    def project(rows, shard_tables, y):
-        """y[rows] = x[rows] S^T over the columns of shard_tables (y: acc or x's dtype)."""
-        scratch = _Scratch(kernels, acc, tile, widest, out_features, staged)
+    def table(column, width):
+        return _table(out_features, seed=seed, nnz=nnz, column_offset=column_offset + column,
+                      width=width, dtype=acc)
+
+    def project(rows, tables, y, accumulate):
+        """y[rows] (+)= x[rows] S^T over the columns of ``tables`` [(start, width, table)]."""
+        scratch = _Scratch(kernels, acc, tile, max(width for _, width, _ in tables), out_features, staged)
         first, last = rows
-        step = _block_rows(tile, max(widest, out_features), staged, last - first)
+        step = _block_rows(tile, max(d, out_features), staged, last - first)
         for start in range(first, last, step):
             stop = min(last, start + step)
+            # y has x's half dtype only when there is one table, so a staged block never accumulates.
             direct = not staged or y.dtype == acc
             out = y[start:stop] if direct else scratch.output("y", stop - start, out_features, acc)
-            out_array = out.numpy()
-            for index, (column, width, (table_rows, weights)) in enumerate(shard_tables):
+            for index, (column, width, (table_rows, weights)) in enumerate(tables):
                 block = scratch.block("x", x[start:stop, column:column + width], acc)
-                kernels.forward_block(block, out_array, table_rows, weights, index > 0,
+                kernels.forward_block(block, out.numpy(), table_rows, weights, accumulate or index > 0,
                                       scratch.inner, scratch.outer)
             if not direct:
                 y[start:stop].copy_(out)
 
-    if n >= _FEW_ROWS or len(tables) == 1:
-        y = _output(n, out_features, x.dtype)
-        _run([lambda rows=rows: project(rows, tables, y) for rows in _split(n, threads, tile)])
-        return y
-    groups = [tables[a:b] for a, b in _split(len(tables), _COLUMN_GROUPS)]
+    if n >= _FEW_ROWS or len(ranges) == 1:
+        # Threads split the rows; the tables go one after another, each hashed (or fetched) once.
+        # Half precision summed over several tables accumulates in float32 and rounds once.
+        y = _output(n, out_features, acc if staged and len(ranges) > 1 else x.dtype)
+        for index, (column, width) in enumerate(ranges):
+            tables = [(column, width, table(column, width))]
+            _run([lambda rows=rows: project(rows, tables, y, index > 0)
+                  for rows in _split(n, threads, tile)])
+        return y.to(x.dtype)
+    groups = _split(len(ranges), _COLUMN_GROUPS)
     partials = torch.empty(len(groups), n, out_features, dtype=acc)
 
     def project_groups(first, last):
-        for index in range(first, last):
-            project((0, n), groups[index], partials[index])
+        for group in range(first, last):
+            for index in range(*groups[group]):
+                column, width = ranges[index]
+                project((0, n), [(column, width, table(column, width))], partials[group],
+                        index > groups[group][0])
 
     _run([lambda share=share: project_groups(*share) for share in _split(len(groups), threads)])
     total = partials[0]
@@ -329,30 +337,39 @@ def _numba_transpose(kernels, y, in_features, *, seed, nnz, column_offset):
     acc = reference._accumulation_dtype(y.dtype)
     staged = y.dtype != acc
     tile = kernels.TILE_ROWS
-    tables = _tables(in_features, k, seed=seed, nnz=nnz, column_offset=column_offset, dtype=acc)
+    ranges = _table_ranges(in_features)
     threads = max(1, torch.get_num_threads())
-    widest = max(width for _, width, _ in tables)
     z = _output(n, in_features, y.dtype)
 
-    def project(rows, shard_tables):
-        scratch = _Scratch(kernels, acc, tile, widest, k, staged)
+    def table(column, width):
+        return _table(k, seed=seed, nnz=nnz, column_offset=column_offset + column, width=width, dtype=acc)
+
+    def project(rows, column, width, columns_table):
+        """z[rows, column:column + width] = y[rows] S over those columns."""
+        table_rows, weights = columns_table
+        scratch = _Scratch(kernels, acc, tile, width, k, staged)
         first, last = rows
-        step = _block_rows(tile, max(widest, k), staged, last - first)
+        step = _block_rows(tile, max(width, k), staged, last - first)
         for start in range(first, last, step):
             stop = min(last, start + step)
             block = scratch.block("y", y[start:stop], acc)
-            for column, width, (table_rows, weights) in shard_tables:
-                target = z[start:stop, column:column + width]
-                out = scratch.output("z", stop - start, width, acc) if staged else target
-                kernels.transpose_block(block, out.numpy(), table_rows, weights,
-                                        scratch.outer, scratch.inner)
-                if staged:
-                    target.copy_(out)
+            target = z[start:stop, column:column + width]
+            out = scratch.output("z", stop - start, width, acc) if staged else target
+            kernels.transpose_block(block, out.numpy(), table_rows, weights, scratch.outer, scratch.inner)
+            if staged:
+                target.copy_(out)
 
-    if n >= _FEW_ROWS or len(tables) == 1:
-        _run([lambda rows=rows: project(rows, tables) for rows in _split(n, threads, tile)])
+    if n >= _FEW_ROWS or len(ranges) == 1:
+        for column, width in ranges:
+            columns_table = table(column, width)
+            _run([lambda rows=rows: project(rows, column, width, columns_table)
+                  for rows in _split(n, threads, tile)])
     else:  # the threads write disjoint columns of z
-        _run([lambda a=a, b=b: project((0, n), tables[a:b]) for a, b in _split(len(tables), threads)])
+        def project_ranges(first, last):
+            for column, width in ranges[first:last]:
+                project((0, n), column, width, table(column, width))
+
+        _run([lambda share=share: project_ranges(*share) for share in _split(len(ranges), threads)])
     return z
 
 

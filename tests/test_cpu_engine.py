@@ -142,6 +142,24 @@ def test_tilings_match_oracle(engine_path, tiling, threads, dtype, rng, seed):
                   y.double().abs() @ s.abs(), dtype, seed)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_many_rows_many_tables(monkeypatch, threads, dtype, rng, seed):
+    """At least _FEW_ROWS rows and several tables: threads split the rows, tables go in turn and
+    the forward accumulates across them (through the float32 staging for half precision)."""
+    monkeypatch.delenv(cpu_engine.ENGINE_VARIABLE, raising=False)
+    monkeypatch.setattr(cpu_engine, "TABLE_COLUMNS", 16)
+    n, d, k, nnz = cpu_engine._FEW_ROWS + 37, 45, 32, 2
+    x = torch.randn(n, d, generator=rng, dtype=torch.float64).to(dtype)
+    y = torch.randn(n, k, generator=rng, dtype=torch.float64).to(dtype)
+    s = _dense_s(d, k, seed=seed, nnz=nnz, column_offset=5)
+    _assert_close(cpu_engine.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=5),
+                  reference.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=5),
+                  x.double().abs() @ s.abs().T, dtype, seed)
+    _assert_close(cpu_engine.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=5),
+                  reference.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=5),
+                  y.double().abs() @ s.abs(), dtype, seed)
+
+
 def test_few_rows_many_tables_split_columns_across_threads(monkeypatch, rng, seed):
     """n below one tile per thread: the numba path splits the columns, not the rows."""
     monkeypatch.delenv(cpu_engine.ENGINE_VARIABLE, raising=False)
