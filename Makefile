@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet $(TORCH)
 
 setup: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[parquet,plot,examples]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,parquet,plot,examples]"
 
 setup-test: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"

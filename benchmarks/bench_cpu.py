@@ -1,17 +1,23 @@
-"""CPU speed of sjlt's projection against scikit-learn's random projections, as markdown.
+"""CPU engine against scikit-learn's random projections and dense matmuls, as markdown.
 
-    python benchmarks/bench_cpu.py                 # n=100000, d=1024, k=256: about a minute
-    python benchmarks/bench_cpu.py --n 20000       # smaller input
+    python benchmarks/bench_cpu.py                     # n=100000, d=1024: about 4 minutes on 2 cores
+    python benchmarks/bench_cpu.py --n 20000 --k 256   # quicker
+    SJLT_CPU_ENGINE=torch python benchmarks/bench_cpu.py   # the torch path (no numba) instead
 
-Compares ``sjlt.functional.sparse_jl`` on a CPU tensor (the tiled reference path, nnz = 4 and 8)
-with ``GaussianRandomProjection.transform`` and ``SparseRandomProjection.transform`` on the same
-random float32 data, and times ``sparse_jl_transpose`` (n x k -> n x d). Every method runs in a
-fresh process, one after another: one warm-up call, then the median (and minimum) of
-``--repeats`` timed calls; its peak memory is the growth of the process's maximum resident set
-(``resource.getrusage``) over the state after the input was made, the estimator fitted and a
-2-row call made (which does lazy imports), so it counts the output, scratch buffers and copies.
-The machine may be shared: the load average is printed before and after, and other processes
-skew the timings.
+For each dtype and k it times, interleaved in one process so that other load on a shared machine
+hits every method alike, ``--repeats`` rounds of: ``sjlt.functional.sparse_jl`` on a tensor,
+``SparseJLProjection.transform`` on numpy, ``GaussianRandomProjection.transform`` and
+``SparseRandomProjection.transform`` (fitted with the same k), then the adjoint direction:
+``sparse_jl_transpose`` against the transpose of a dense matmul (``Y @ G`` with the Gaussian
+estimator's k x d components, numpy) and of the sparse one (``Y @ components_`` of
+SparseRandomProjection, scipy). Ratios are medians of the per-round ratios; one warm-up call
+comes first (numba compile or cache load, table hashing, lazy imports).
+
+Each round also times a torch copy of an array of X's size (all threads); "% of copy" is the
+median over rounds of copy time / sjlt time, i.e. sjlt's input (forward) or output (transpose)
+bytes per second as a share of the copy's bytes per second measured under the same load. It also
+prints the speed-up from 1 thread to all (``torch.set_num_threads``);
+and the peak resident memory each method adds, measured in a fresh process per method.
 """
 from __future__ import annotations
 
@@ -26,55 +32,108 @@ import sys
 import time
 import warnings
 
-TARGETS = {"GaussianRandomProjection": 2.0, "SparseRandomProjection": 10.0}
+TARGETS = {"Gaussian": 4.0, "SparseRP": 30.0, "dense T": 4.0, "sparse T": 30.0}
 
 
 def _peak_rss_bytes() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+    """This process image's peak resident set. On Linux VmHWM, not ru_maxrss: a spawned child
+    inherits its parent's ru_maxrss through fork and exec, which hid the child's own peak."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
-def _random_float32(rows: int, columns: int):
+def _data(n: int, columns: int, dtype: str, salt: int = 0):
     import numpy as np
 
-    return np.random.default_rng(0).standard_normal((rows, columns), dtype=np.float32)
+    # Drawn in the target dtype: a float64 draw cast down would raise the peak memory baseline.
+    return np.random.default_rng(salt).standard_normal((n, columns), dtype=dtype)
 
 
-def measure(method: str, n: int, d: int, k: int, nnz: int | None, repeats: int) -> dict:
-    """Runs in a fresh process: times ``method`` and reports the peak memory it adds."""
-    warnings.simplefilter("ignore")
+def _methods(n: int, d: int, k: int, dtype: str) -> dict:
+    """name -> zero-argument callable, every input made and every estimator fitted up front."""
+    import torch
+    from sklearn.random_projection import GaussianRandomProjection, SparseRandomProjection
+
+    import sjlt.functional as F
+    from sjlt.sklearn import SparseJLProjection
+
+    x = _data(n, d, dtype)
+    y = _data(n, k, dtype, salt=1)
+    x_tensor, y_tensor = torch.from_numpy(x), torch.from_numpy(y)
+    gaussian = GaussianRandomProjection(k, random_state=0).fit(x[:2])
+    sparse = SparseRandomProjection(k, random_state=0).fit(x[:2])
+    ours = SparseJLProjection(k, random_state=0, device="cpu").fit(x[:2])
+    dense_components = gaussian.components_.astype(dtype)  # k x d
+    sparse_components = sparse.components_.astype(dtype)  # scipy CSR, k x d
+    copy_target = torch.empty_like(x_tensor)
+    return {
+        "copy": lambda: copy_target.copy_(x_tensor),  # the bandwidth yardstick, same bytes as X
+        "sjlt": lambda: F.sparse_jl(x_tensor, k, seed=0),
+        "SparseJLProjection": lambda: ours.transform(x),
+        "Gaussian": lambda: gaussian.transform(x),
+        "SparseRP": lambda: sparse.transform(x),
+        "sjlt T": lambda: F.sparse_jl_transpose(y_tensor, d, seed=0),
+        "dense T": lambda: y @ dense_components,
+        "sparse T": lambda: (sparse_components.T @ y.T).T,  # Y S for a CSR S, as scipy computes it
+    }
+
+
+def _interleaved(methods: dict, repeats: int) -> dict:
+    """name -> list of seconds, one per round; each round runs every method once."""
+    for method in methods.values():
+        method()  # warm-up
+    times = {name: [] for name in methods}
+    for _ in range(repeats):
+        for name, method in methods.items():
+            start = time.perf_counter()
+            method()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _scaling(n: int, d: int, k: int, dtype: str, repeats: int) -> dict:
+    """Medians at 1 thread and at all threads, interleaved, for both directions."""
     import torch
 
     import sjlt.functional as F
 
-    if method == "sparse_jl":
-        data = torch.from_numpy(_random_float32(n, d))
-        project = lambda rows: F.sparse_jl(rows, k, seed=0, nnz=nnz)  # noqa: E731
-    elif method == "sparse_jl_transpose":
-        data = torch.from_numpy(_random_float32(n, k))
-        project = lambda rows: F.sparse_jl_transpose(rows, d, seed=0, nnz=nnz)  # noqa: E731
-    else:
-        from sklearn import random_projection
-
-        data = _random_float32(n, d)
-        estimator = getattr(random_projection, method)(n_components=k, random_state=0)
-        project = estimator.fit(data).transform
-    call = lambda: project(data)  # noqa: E731
-    project(data[:2])  # a first call's lazy imports (~140 MB for torch's custom ops) are not the method's
-    baseline = _peak_rss_bytes()
-    call()  # warm-up: first-call allocations and imports
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    x = torch.from_numpy(_data(n, d, dtype))
+    y = torch.from_numpy(_data(n, k, dtype, salt=1))
+    all_threads = torch.get_num_threads()
+    result = {}
+    for label, call in {"forward": lambda: F.sparse_jl(x, k, seed=0),
+                        "transpose": lambda: F.sparse_jl_transpose(y, d, seed=0)}.items():
+        times = {1: [], all_threads: []}
         call()
-        times.append(time.perf_counter() - start)
-    return {"median": statistics.median(times), "min": min(times),
-            "peak_bytes": _peak_rss_bytes() - baseline, "threads": torch.get_num_threads()}
+        for _ in range(repeats):
+            for threads in times:
+                torch.set_num_threads(threads)
+                start = time.perf_counter()
+                call()
+                times[threads].append(time.perf_counter() - start)
+        torch.set_num_threads(all_threads)
+        result[label] = {threads: statistics.median(values) for threads, values in times.items()}
+    return result
 
 
-def _in_fresh_process(*args) -> dict:
+def measure_peak(method: str, n: int, d: int, k: int, dtype: str) -> float:
+    """Runs in a fresh process: the peak resident bytes one call of ``method`` adds."""
+    warnings.simplefilter("ignore")
+    for warm_up in _methods(2, d, k, dtype).values():  # lazy imports, numba compile or cache load, tables
+        warm_up()
+    methods = _methods(n, d, k, dtype)  # all inputs made (and kept alive) before the baseline
+    baseline = _peak_rss_bytes()
+    methods[method]()
+    return _peak_rss_bytes() - baseline
+
+
+def _in_fresh_process(*args) -> float:
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(measure, args)
+        return pool.apply(measure_peak, args)
 
 
 def _environment() -> str:
@@ -82,73 +141,113 @@ def _environment() -> str:
     import sklearn
     import torch
 
+    from sjlt import cpu_engine
+
     cpu = platform.machine()
     try:
         with open("/proc/cpuinfo") as info:
             cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return (f"{datetime.datetime.now().astimezone().isoformat(timespec='seconds')}; {cpu}, "
-            f"{os.cpu_count()} logical cores; torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads), scikit-learn {sklearn.__version__}, "
-            f"numpy {numpy.__version__}, Python {platform.python_version()}")
+    try:
+        import numba
+
+        numba_version = f"numba {numba.__version__}"
+    except ImportError:
+        numba_version = "no numba"
+    path = "numba" if cpu_engine.engine_choice() == "auto" and cpu_engine.numba_kernels() else "torch"
+    return (f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}; {cpu}, "
+            f"{os.cpu_count()} logical cores; torch {torch.__version__} ({torch.get_num_threads()} "
+            f"threads), {numba_version}, scikit-learn {sklearn.__version__}, numpy {numpy.__version__}, "
+            f"Python {platform.python_version()}; CPU engine path: {path}")
 
 
-def _load() -> str:
-    return f"{os.getloadavg()[0]:.2f}"
+def _fmt_ratio(ratio: float, target: float) -> str:
+    return f"{ratio:.1f}x ({'meets' if ratio >= target else 'misses'} {target:g}x)"
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000, help="rows of the input")
     parser.add_argument("--d", type=int, default=1024, help="input features")
-    parser.add_argument("--k", type=int, default=256, help="output features")
-    parser.add_argument("--nnz", type=int, nargs="+", default=[4, 8], help="sjlt nonzeros per column")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per method (>= 3)")
+    parser.add_argument("--k", type=int, nargs="+", default=[64, 256, 1024], help="output features")
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (>= 3)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak memory runs")
     args = parser.parse_args(argv)
     if args.repeats < 3:
         parser.error(f"--repeats must be at least 3 for a meaningful median, got {args.repeats}")
+    warnings.simplefilter("ignore")
+    import torch
 
+    n, d = args.n, args.d
     print(f"Environment: {_environment()}\n")
-    print(f"Load average (1 min) before: {_load()}\n")
-    n, d, k = args.n, args.d, args.k
-    input_gb = n * d * 4 / 1e9
-    forward = {f"sjlt sparse_jl, nnz={nnz}": _in_fresh_process("sparse_jl", n, d, k, nnz, args.repeats)
-               for nnz in args.nnz}
-    sklearn = {name: _in_fresh_process(name, n, d, k, None, args.repeats) for name in TARGETS}
-    transpose = {f"sjlt sparse_jl_transpose, nnz={nnz}":
-                 _in_fresh_process("sparse_jl_transpose", n, d, k, nnz, args.repeats) for nnz in args.nnz}
-    load_after = _load()
+    print(f"Load average (1 min) before: {os.getloadavg()[0]:.2f}\n")
 
-    print(f"### Projection: float32 X {n} x {d} ({input_gb:.2f} GB) -> {k} columns\n")
-    print("| method | median s | min s | GB/s of input (median) | peak MiB over input |")
+    rows = []
+    for dtype in args.dtypes:
+        for k in args.k:
+            times = _interleaved(_methods(n, d, k, dtype), args.repeats)
+            median = {name: statistics.median(values) for name, values in times.items()}
+
+            def ratio(slow, fast):
+                return statistics.median(s / f for s, f in zip(times[slow], times[fast]))
+
+            rows.append((dtype, k, median, {
+                "Gaussian": ratio("Gaussian", "sjlt"), "SparseRP": ratio("SparseRP", "sjlt"),
+                "est Gaussian": ratio("Gaussian", "SparseJLProjection"),
+                "est SparseRP": ratio("SparseRP", "SparseJLProjection"),
+                "dense T": ratio("dense T", "sjlt T"), "sparse T": ratio("sparse T", "sjlt T"),
+                "copy": ratio("copy", "sjlt"), "copy T": ratio("copy", "sjlt T")}))
+
+    print(f"### Forward: X {n} x {d} -> k, default nnz; medians of {args.repeats} interleaved rounds\n")
+    print("| dtype | k | copy s | sjlt s | SparseJLProjection s | Gaussian s | SparseRP s | sjlt GB/s in | % of copy "
+          "| sjlt vs Gaussian | sjlt vs SparseRP | SparseJLProjection vs Gaussian | vs SparseRP |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for dtype, k, median, ratios in rows:
+        in_bytes = n * d * (4 if dtype == "float32" else 8)
+        rate = in_bytes / median["sjlt"]
+        print(f"| {dtype} | {k} | {median['copy']:.4f} | {median['sjlt']:.4f} | "
+              f"{median['SparseJLProjection']:.4f} | {median['Gaussian']:.4f} | {median['SparseRP']:.3f} | "
+              f"{rate / 1e9:.2f} | {100 * ratios['copy']:.0f}% | {_fmt_ratio(ratios['Gaussian'], TARGETS['Gaussian'])} | "
+              f"{_fmt_ratio(ratios['SparseRP'], TARGETS['SparseRP'])} | "
+              f"{_fmt_ratio(ratios['est Gaussian'], TARGETS['Gaussian'])} | "
+              f"{_fmt_ratio(ratios['est SparseRP'], TARGETS['SparseRP'])} |")
+
+    print(f"\n### Transpose: Y {n} x k -> {d}; against Y @ G (dense k x {d}, numpy) and Y @ S "
+          f"(SparseRandomProjection's CSR components, scipy)\n")
+    print("| dtype | k | sjlt T s | dense T s | sparse T s | sjlt GB/s out | % of copy | vs dense | vs sparse |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for dtype, k, median, ratios in rows:
+        out_bytes = n * d * (4 if dtype == "float32" else 8)
+        rate = out_bytes / median["sjlt T"]
+        print(f"| {dtype} | {k} | {median['sjlt T']:.4f} | {median['dense T']:.4f} | "
+              f"{median['sparse T']:.3f} | {rate / 1e9:.2f} | {100 * ratios['copy T']:.0f}% | "
+              f"{_fmt_ratio(ratios['dense T'], TARGETS['dense T'])} | "
+              f"{_fmt_ratio(ratios['sparse T'], TARGETS['sparse T'])} |")
+
+    print(f"\n### Scaling from 1 thread to {torch.get_num_threads()} (torch.set_num_threads), float32\n")
+    print("| k | direction | 1 thread s | all threads s | speed-up |")
     print("|---|---|---|---|---|")
-    for name, result in {**forward, **sklearn}.items():
-        print(f"| {name} | {result['median']:.3f} | {result['min']:.3f} | "
-              f"{input_gb / result['median']:.2f} | {result['peak_bytes'] / 2**20:.0f} |")
+    for k in args.k:
+        for direction, result in _scaling(n, d, k, "float32", args.repeats).items():
+            one, every = result[1], result[max(result)]
+            print(f"| {k} | {direction} | {one:.4f} | {every:.4f} | {one / every:.2f}x |")
 
-    print("\n### Speed-up of sjlt over scikit-learn (ratio of medians)\n")
-    print("| sjlt | " + " | ".join(f"over {name} (target >= {target:g}x)" for name, target in TARGETS.items()) + " |")
-    print("|---|" + "---|" * len(TARGETS))
-    for label, ours in forward.items():
-        cells = []
-        for name, target in TARGETS.items():
-            ratio = sklearn[name]["median"] / ours["median"]
-            cells.append(f"{ratio:.2f}x ({'meets' if ratio >= target else 'misses'})")
-        print(f"| {label} | " + " | ".join(cells) + " |")
+    if not args.no_memory:
+        k = 256 if 256 in args.k else args.k[0]
+        print(f"\n### Peak resident memory a call adds (fresh process each), float32, k = {k}\n")
+        out_mib = {"sjlt": n * k * 4 / 2**20, "SparseJLProjection": n * k * 4 / 2**20,
+                   "Gaussian": n * k * 4 / 2**20, "SparseRP": n * k * 4 / 2**20,
+                   "sjlt T": n * d * 4 / 2**20, "dense T": n * d * 4 / 2**20}
+        print("| method | peak MiB added | output MiB |")
+        print("|---|---|---|")
+        for method, output in out_mib.items():
+            peak = _in_fresh_process(method, n, d, k, "float32")
+            print(f"| {method} | {peak / 2**20:.0f} | {output:.0f} |")
 
-    output_gb = n * d * 4 / 1e9
-    print(f"\n### Transpose: float32 Y {n} x {k} -> {d} columns ({output_gb:.2f} GB out)\n")
-    print("| method | median s | min s | GB/s of output (median) | peak MiB over input |")
-    print("|---|---|---|---|---|")
-    for name, result in transpose.items():
-        print(f"| {name} | {result['median']:.3f} | {result['min']:.3f} | "
-              f"{output_gb / result['median']:.2f} | {result['peak_bytes'] / 2**20:.0f} |")
-
-    threads = {result["threads"] for result in {**forward, **sklearn, **transpose}.values()}
-    print(f"\ntorch threads in the measuring processes: {', '.join(map(str, sorted(threads)))}; "
-          f"load average (1 min) after: {load_after}. Medians of {args.repeats} calls after one "
-          f"warm-up, each method in its own process, run one after another.")
+    print(f"\nLoad average (1 min) after: {os.getloadavg()[0]:.2f}. Ratios are medians of per-round "
+          f"ratios (each round runs every method once, back to back).")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Everything here runs natively on any torch device (CPU, CUDA, MPS, ...) with no host round trip,
 and produces bit-identical random streams to the Triton kernels in ``sjlt.kernels``. Integer
 arithmetic is done on int64 tensors holding uint32 values, split so that no product overflows.
-This module is also sjlt's CPU backend.
+This module is the oracle that tests trust: read straight from docs/spec.md, not tuned. Users'
+projections run in ``sjlt.cpu_engine`` (which takes its tables from here) or the Triton kernels.
 """
 from __future__ import annotations
 
@@ -177,10 +178,7 @@ def sparse_matrix_from_hash(rows: torch.Tensor, negative: torch.Tensor, out_feat
     """S as sparse COO from its (rows, negative) table of shape (nnz, in_features)."""
     nnz, in_features = rows.shape
     cols = torch.arange(in_features, device=rows.device).expand(nnz, in_features)
-    # Built in the target dtype: a float64 matrix must hold +-1/sqrt(nnz) exactly as the spec says,
-    # not a value rounded through float32.
-    scale = torch.full(negative.shape, 1.0 / math.sqrt(nnz), dtype=dtype, device=rows.device)
-    values = torch.where(negative, -scale, scale)
+    values = _signed_scale(negative, nnz, dtype)
     indices = torch.stack([rows.reshape(-1), cols.reshape(-1)])
     return torch.sparse_coo_tensor(indices, values.reshape(-1), (out_features, in_features)).coalesce()
 
@@ -200,98 +198,16 @@ def _check_matrix(tensor: torch.Tensor, name: str, function: str) -> None:
                         f"which projects real and imaginary parts separately")
 
 
-# Both directions are gathers of whole rows through ``embedding_bag`` (sum mode, signed weights)
-# from a transposed row chunk: a row of x^T holds one input column for all samples of the chunk,
-# so every gather moves a long contiguous vector. Columns are cut into shards, which bound the hash
-# table and the scratch memory (S's columns are hashed independently, so shard results add up),
-# and rows into chunks. On CPU (measured on a 2-core EPYC with 1 MiB of L2 per core) chunks of
-# 2**18 to 2**20 elements ran fastest, and 8192-column shards kept wide inputs in chunks of tens of
-# rows; elsewhere shards and chunks only bound the scratch memory.
-_SHARD_COLUMNS = {"cpu": 1 << 13}
-_CHUNK_ELEMENTS = {"cpu": 1 << 19}
-_OTHER_SHARD_COLUMNS = 1 << 18
-_OTHER_CHUNK_ELEMENTS = 1 << 24
-_CACHE_LINE_BYTES = 64
-
-
-def _odd_lines(count: int, dtype: torch.dtype, *, at_least: bool) -> int:
-    """``count`` moved to an odd number of cache lines of ``dtype`` elements (the nearest above if
-    ``at_least``, else below). Rows whose stride is a multiple of a large power of two compete for
-    the same cache sets, which made transposed copies about 3x slower on CPU.
-    """
-    line = max(1, _CACHE_LINE_BYTES // dtype.itemsize)
-    if at_least:
-        return count + (line - count) % (2 * line)
-    if count < line:
-        return count
-    return count - (count - line) % (2 * line)
-
-
-def _tiling(n: int, width: int, other: int, device: torch.device, dtype: torch.dtype):
-    """(columns per shard, rows per chunk) for n x width inputs gathered into ``other`` columns."""
-    shard = min(width, _SHARD_COLUMNS.get(device.type, _OTHER_SHARD_COLUMNS))
-    budget = _CHUNK_ELEMENTS.get(device.type, _OTHER_CHUNK_ELEMENTS)
-    rows = _odd_lines(max(1, budget // (shard + other)), dtype, at_least=False)
-    return shard, min(n, rows)
-
-
-class _Transposer:
-    """Contiguous transposed copies of row chunks, in reused buffers.
-
-    x is first staged in rows padded to an odd number of cache lines (one copy that also converts
-    the dtype and reads any strides); transposing from there runs on all threads, whereas torch
-    sends a plain 2-D transpose of contiguous data to a single-threaded kernel, and strided reads
-    of x itself collide in the cache when its row stride is a multiple of 4 KiB. Both buffers are
-    reused because fresh megabyte-sized allocations page-faulted on every chunk, doubling the time.
-    """
-
-    def __init__(self, rows: int, columns: int, dtype: torch.dtype, device: torch.device):
-        self._staged = torch.empty(rows, _odd_lines(columns, dtype, at_least=True), dtype=dtype,
-                                   device=device)
-        self._transposed = torch.empty(rows * columns, dtype=dtype, device=device)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x^T (x: at most rows x columns) as a contiguous tensor, valid until the next call."""
-        rows, columns = x.shape
-        staged = self._staged[:rows, :columns]
-        staged.copy_(x)
-        transposed = self._transposed[: rows * columns].view(columns, rows)
-        transposed.copy_(staged.t())
-        return transposed
-
-
-def _write_transposed(out: torch.Tensor, x_t: torch.Tensor, *, accumulate: bool) -> None:
-    """out = x_t^T (or out += x_t^T), converting to out's dtype.
-
-    The leading unit dimension keeps copy_ off torch's single-threaded 2-D transpose kernel.
-    """
-    target, source = out.unsqueeze(0), x_t.t().unsqueeze(0)
-    if accumulate:
-        target.add_(source)
-    else:
-        target.copy_(source)
-
-
 def _signed_scale(negative: torch.Tensor, nnz: int, dtype: torch.dtype) -> torch.Tensor:
-    """+-1/sqrt(nnz) in ``dtype`` (built there: scalars would be rounded to float32 first)."""
+    """+-1/sqrt(nnz) in ``dtype``, built there: a float64 matrix must hold the value exactly as the
+    spec says, not one rounded through float32."""
     scale = torch.full(negative.shape, 1.0 / math.sqrt(nnz), dtype=dtype, device=negative.device)
     return torch.where(negative, -scale, scale)
 
 
-def _forward_bags(in_features, out_features, *, seed, nnz, column_offset, dtype, device):
-    """S's rows as bags over input columns: (columns, offsets, weights) for embedding_bag.
-
-    Bag r lists the input columns with a nonzero in output row r, in ascending order; ``weights``
-    holds their signed values. Each row lies in exactly one block, so every nonzero is in one bag.
-    """
-    rows, negative = sparse_jl_hash(in_features, out_features, seed=seed, nnz=nnz,
-                                    column_offset=column_offset, device=device)
-    order = torch.argsort(rows.reshape(-1), stable=True)  # entry t * in_features + j
-    bag_sizes = torch.bincount(rows.reshape(-1), minlength=out_features)
-    offsets = torch.cumsum(bag_sizes, 0) - bag_sizes
-    weights = _signed_scale(negative.reshape(-1)[order], nnz, dtype)
-    return order % in_features, offsets, weights
-
+# The oracle's products, straight from the definition: nonzero t of column j adds
+# +-x[:, j] / sqrt(nnz) to y[:, rows[t, j]]. Simple, differentiable and correct on any device, at
+# the price of an (n, d) temporary per block; users run sjlt.cpu_engine (or the Triton kernels).
 
 def sparse_jl_forward(x: torch.Tensor, out_features: int, *, seed: int, nnz: int,
                       column_offset: int = 0) -> torch.Tensor:
@@ -301,19 +217,12 @@ def sparse_jl_forward(x: torch.Tensor, out_features: int, *, seed: int, nnz: int
     n, d = x.shape
     if n == 0 or d == 0:
         return torch.zeros(n, out_features, dtype=x.dtype, device=x.device)
-    shard, chunk = _tiling(n, d, out_features, x.device, acc)
-    transposed_chunk = _Transposer(chunk, shard, acc, x.device)
-    y = torch.empty(n, out_features, dtype=acc, device=x.device)
-    for start in range(0, d, shard):
-        width = min(shard, d - start)
-        columns, offsets, weights = _forward_bags(width, out_features, seed=seed, nnz=nnz,
-                                                  column_offset=column_offset + start,
-                                                  dtype=acc, device=x.device)
-        for row in range(0, n, chunk):
-            x_t = transposed_chunk(x[row:row + chunk, start:start + width])
-            y_t = torch.nn.functional.embedding_bag(columns, x_t, offsets, mode="sum",
-                                                    per_sample_weights=weights)
-            _write_transposed(y[row:row + chunk], y_t, accumulate=start > 0)
+    rows, negative = sparse_jl_hash(d, out_features, seed=seed, nnz=nnz,
+                                    column_offset=column_offset, device=x.device)
+    weights = _signed_scale(negative, nnz, acc)
+    y = torch.zeros(n, out_features, dtype=acc, device=x.device)
+    for t in range(nnz):
+        y = y.index_add(1, rows[t], x.to(acc) * weights[t])
     return y.to(x.dtype)
 
 
@@ -322,24 +231,15 @@ def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: in
     """Z = Y S for a 2-D y (n, k): the adjoint of :func:`sparse_jl_forward`, in y's dtype."""
     _check_matrix(y, "y", "sparse_jl_transpose")
     acc = _accumulation_dtype(y.dtype)
-    n, k = y.shape
-    if n == 0 or in_features == 0:
-        return torch.zeros(n, in_features, dtype=y.dtype, device=y.device)
-    shard, chunk = _tiling(n, in_features, k, y.device, acc)
-    transposed_chunk = _Transposer(chunk, k, acc, y.device)
-    z = torch.empty(n, in_features, dtype=y.dtype, device=y.device)
-    for start in range(0, in_features, shard):
-        width = min(shard, in_features - start)
-        rows, negative = sparse_jl_hash(width, k, seed=seed, nnz=nnz,
-                                        column_offset=column_offset + start, device=y.device)
-        # Column j of S is the bag of its nnz rows: one bag per output column, all of size nnz.
-        bags = rows.t().contiguous()
-        weights = _signed_scale(negative.t(), nnz, acc)
-        for row in range(0, n, chunk):
-            y_t = transposed_chunk(y[row:row + chunk])
-            z_t = torch.nn.functional.embedding_bag(bags, y_t, mode="sum", per_sample_weights=weights)
-            _write_transposed(z[row:row + chunk, start:start + width], z_t, accumulate=False)
-    return z
+    if y.shape[0] == 0 or in_features == 0:
+        return torch.zeros(y.shape[0], in_features, dtype=y.dtype, device=y.device)
+    rows, negative = sparse_jl_hash(in_features, y.shape[1], seed=seed, nnz=nnz,
+                                    column_offset=column_offset, device=y.device)
+    weights = _signed_scale(negative, nnz, acc)
+    z = torch.zeros(y.shape[0], in_features, dtype=acc, device=y.device)
+    for t in range(nnz):
+        z = z + y.to(acc)[:, rows[t]] * weights[t]
+    return z.to(y.dtype)
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("core", ["sjlt._version", "sjlt.spec", "sjlt._dtypes", "sjlt._device", "sjlt._memory",
               "sjlt._buffers", "sjlt.backends", "sjlt._backend", "sjlt.kernels"]),
-    ("engines", ["sjlt.reference"]),
+    ("engines", ["sjlt.reference", "sjlt.cpu_engine", "sjlt._cpu_kernels"]),
     ("ops", ["sjlt.ops"]),
     ("api", ["sjlt.functional", "sjlt.nn"]),
     ("io", ["sjlt.io", "sjlt.metrics"]),

@@ -3,13 +3,13 @@
 Each op is the other's backward; both regenerate S from (key, nnz, column_offset), so autograd
 saves no tensor at all. Inputs here are already validated 2-D real tensors (see
 ``sjlt.functional``). On CUDA the algorithm (``choice``) is the kernel of S's layout
-(``layouts``) or the dense one (``dense``); elsewhere the reference runs.
+(``layouts``) or the dense one (``dense``); elsewhere the CPU engine (``sjlt.cpu_engine``).
 """
 from __future__ import annotations
 
 import torch
 
-from .. import reference, spec
+from .. import cpu_engine, spec
 from .._backend import use_triton
 from . import choice, dense
 from .layouts import triton_forward, triton_transpose
@@ -25,11 +25,12 @@ def _forward_kernel(x: torch.Tensor, out_features: int, key0: int, key1: int, nn
         if choice.algorithm(x, x.shape[1], out_features, nnz, key0, key1, column_offset) == choice.DENSE:
             return dense.forward(x, out_features, key0, key1, nnz, column_offset)
         return triton_forward(x, out_features, key0, key1, nnz, column_offset)
-    # The op's contract (checked by opcheck against the fake) is a contiguous output, and the
-    # reference accumulates in float32 on purpose: an enclosing autocast must not recast it.
+    # Off CUDA the CPU engine runs (the oracle, sjlt.reference, is for tests). The op's contract
+    # (checked by opcheck against the fake) is a contiguous output, and the engine accumulates in
+    # float32 on purpose: an enclosing autocast must not recast it.
     with torch.autocast(x.device.type, enabled=False):
-        return reference.sparse_jl_forward(x, out_features, seed=spec.seed_from_key(key0, key1), nnz=nnz,
-                                           column_offset=column_offset).contiguous()
+        return cpu_engine.sparse_jl_forward(x, out_features, seed=spec.seed_from_key(key0, key1), nnz=nnz,
+                                            column_offset=column_offset).contiguous()
 
 
 def _transpose_kernel(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
@@ -42,8 +43,8 @@ def _transpose_kernel(y: torch.Tensor, in_features: int, key0: int, key1: int, n
             return dense.transpose(y, in_features, key0, key1, nnz, column_offset)
         return triton_transpose(y, in_features, key0, key1, nnz, column_offset)
     with torch.autocast(y.device.type, enabled=False):
-        return reference.sparse_jl_transpose(y, in_features, seed=spec.seed_from_key(key0, key1), nnz=nnz,
-                                             column_offset=column_offset).contiguous()
+        return cpu_engine.sparse_jl_transpose(y, in_features, seed=spec.seed_from_key(key0, key1), nnz=nnz,
+                                              column_offset=column_offset).contiguous()
 
 
 _SCHEMA = "(Tensor {0}, SymInt {1}, int key0, int key1, int nnz, int column_offset, str backend) -> Tensor"
