@@ -9,8 +9,7 @@ never pulls in scikit-learn.
 """
 from __future__ import annotations
 
-import importlib
-
+from ._lazy import lazy_names
 from ._version import __version__
 from .spec import SPEC_VERSION
 
@@ -33,15 +32,4 @@ _LAZY = {
 __all__ = ["SPEC_VERSION", "__version__", *_LAZY]
 
 
-def __getattr__(name: str):
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module 'sjlt' has no attribute {name!r}")
-    module = importlib.import_module(target)
-    value = module if target == f"sjlt.{name}" else getattr(module, name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Lowest first. A module belongs to the first entry whose name is the module or a parent
 #: package of it. A new module must be placed here (the test says so).
 LAYERS = [
-    ("core", ["sjlt._version", "sjlt.spec", "sjlt._dtypes", "sjlt._device", "sjlt._memory",
+    ("core", ["sjlt._version", "sjlt._lazy", "sjlt.spec", "sjlt._dtypes", "sjlt._device", "sjlt._memory",
               "sjlt._buffers", "sjlt.backends", "sjlt._backend", "sjlt.kernels"]),
     ("engines", ["sjlt.reference", "sjlt.cpu_engine", "sjlt._cpu_kernels"]),
     ("ops", ["sjlt.ops"]),

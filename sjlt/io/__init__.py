@@ -18,8 +18,7 @@ Importing this package is cheap (no numpy, no torch): each public name is import
 """
 from __future__ import annotations
 
-import importlib
-
+from .._lazy import lazy_names
 from .errors import FileProjectionError, Interrupted
 
 # public name -> the submodule that defines it
@@ -41,14 +40,4 @@ _LAZY = {
 __all__ = ["FileProjectionError", "Interrupted", *_LAZY]
 
 
-def __getattr__(name: str):
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module 'sjlt.io' has no attribute {name!r}")
-    value = getattr(importlib.import_module(target), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
