@@ -279,7 +279,7 @@ def _block_rows(tile: int, width: int, staged: bool, rows: int) -> int:
 
 def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
     n, d = x.shape
-    acc = reference._accumulation_dtype(x.dtype)
+    acc = reference.accumulation_dtype(x.dtype)
     staged = x.dtype != acc
     tile = kernels.TILE_ROWS
     ranges = _table_ranges(d)
@@ -334,7 +334,7 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
 
 def _numba_transpose(kernels, y, in_features, *, seed, nnz, column_offset):
     n, k = y.shape
-    acc = reference._accumulation_dtype(y.dtype)
+    acc = reference.accumulation_dtype(y.dtype)
     staged = y.dtype != acc
     tile = kernels.TILE_ROWS
     ranges = _table_ranges(in_features)
@@ -465,7 +465,7 @@ def _forward_bags(in_features, out_features, *, seed, nnz, column_offset, dtype,
 
 
 def _torch_forward(x, out_features, *, seed, nnz, column_offset):
-    acc = reference._accumulation_dtype(x.dtype)
+    acc = reference.accumulation_dtype(x.dtype)
     n, d = x.shape
     shard, chunk = _tiling(n, d, out_features, x.device, acc)
     transposed_chunk = _Transposer(chunk, shard, acc, x.device)
@@ -484,7 +484,7 @@ def _torch_forward(x, out_features, *, seed, nnz, column_offset):
 
 
 def _torch_transpose(y, in_features, *, seed, nnz, column_offset):
-    acc = reference._accumulation_dtype(y.dtype)
+    acc = reference.accumulation_dtype(y.dtype)
     n, k = y.shape
     shard, chunk = _tiling(n, in_features, k, y.device, acc)
     transposed_chunk = _Transposer(chunk, k, acc, y.device)

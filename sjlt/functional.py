@@ -161,9 +161,8 @@ def seeded_dropout(x: torch.Tensor, p: float, *, seed, training: bool = True,
         if seed.dtype not in (torch.int64, torch.int32) or seed.dim() > 1:
             raise TypeError(f"a seed tensor must be 0-d (one seed) or 1-D (one seed per row) int64, got "
                             f"{seed.dtype} of shape {tuple(seed.shape)}")
-        if seed.dim() == 1 and (x.dim() != 2 or seed.shape[0] != x.shape[0]):
-            raise ValueError(f"a 1-D seed tensor needs a 2-D x with one seed per row: x has shape "
-                             f"{tuple(x.shape)}, seed has shape {tuple(seed.shape)}")
+        if seed.dim() == 1:
+            spec.check_row_seeds(seed.shape, x.shape)
         if seed.device != x.device:
             raise ValueError(f"seed tensor is on {seed.device} but x is on {x.device}; move it with .to(x.device)")
         seed = seed.to(torch.int64)

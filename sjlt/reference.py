@@ -91,8 +91,8 @@ def _classic_hash(in_features, out_features, *, seed, nnz, column_offset, device
     cols = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=device)
     t = torch.arange(nnz, dtype=torch.int64, device=device)[:, None]
     w0, w1, _, _ = philox4x32_10(cols & _MASK32, cols >> 32, t, spec.DOMAIN_SPARSE_JL, k0, k1)
-    starts = (t * out_features) // nnz
-    sizes = ((t + 1) * out_features) // nnz - starts
+    starts = spec.block_start(t, out_features, nnz)
+    sizes = spec.block_start(t + 1, out_features, nnz) - starts
     rows = starts + ((w0 * sizes) >> 32)  # w0 < 2**32 and size <= 2**31 keep this below 2**63
     negative = (w1 >> 31).bool()
     return rows, negative
@@ -183,7 +183,9 @@ def sparse_matrix_from_hash(rows: torch.Tensor, negative: torch.Tensor, out_feat
     return torch.sparse_coo_tensor(indices, values.reshape(-1), (out_features, in_features)).coalesce()
 
 
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What sjlt accumulates (projections) or scales (dropout) an input of ``dtype`` in: float64 for
+    float64, float32 for every other float type, rounded once to the input's dtype at the end."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -213,7 +215,7 @@ def sparse_jl_forward(x: torch.Tensor, out_features: int, *, seed: int, nnz: int
                       column_offset: int = 0) -> torch.Tensor:
     """Y = X S^T for a 2-D x (n, d): rows of x projected to out_features, in x's dtype."""
     _check_matrix(x, "x", "sparse_jl_forward")
-    acc = _accumulation_dtype(x.dtype)
+    acc = accumulation_dtype(x.dtype)
     n, d = x.shape
     if n == 0 or d == 0:
         return torch.zeros(n, out_features, dtype=x.dtype, device=x.device)
@@ -230,7 +232,7 @@ def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: in
                         column_offset: int = 0) -> torch.Tensor:
     """Z = Y S for a 2-D y (n, k): the adjoint of :func:`sparse_jl_forward`, in y's dtype."""
     _check_matrix(y, "y", "sparse_jl_transpose")
-    acc = _accumulation_dtype(y.dtype)
+    acc = accumulation_dtype(y.dtype)
     if y.shape[0] == 0 or in_features == 0:
         return torch.zeros(y.shape[0], in_features, dtype=y.dtype, device=y.device)
     rows, negative = sparse_jl_hash(in_features, y.shape[1], seed=seed, nnz=nnz,
@@ -258,9 +260,7 @@ def dropout_keep_mask(shape, p: float, *, seed, device=None) -> torch.Tensor:
     threshold = spec.dropout_threshold(p)
     shape = tuple(shape)
     if isinstance(seed, torch.Tensor) and seed.dim() == 1:
-        if len(shape) != 2 or seed.shape != (shape[0],):
-            raise ValueError(f"a seed tensor needs a 2-D input with one seed per row; got seeds of "
-                             f"shape {tuple(seed.shape)} for an input of shape {shape}")
+        spec.check_row_seeds(seed.shape, shape)
         device = seed.device
         seeds = seed.to(torch.int64)[:, None]
         k0, k1 = seeds & _MASK32, (seeds >> 32) & _MASK32
@@ -281,13 +281,8 @@ def dropout_keep_mask(shape, p: float, *, seed, device=None) -> torch.Tensor:
 
 
 def dropout_scale(p: float) -> float:
-    """The multiplier of kept elements, 1/(1-p); callers hold it in :func:`dropout_compute_dtype`."""
+    """The multiplier of kept elements, 1/(1-p); callers hold it in :func:`accumulation_dtype`."""
     return 1.0 / (1.0 - p)
-
-
-def dropout_compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half-precision inputs are scaled in float32 and rounded once; others in their own dtype."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def seeded_dropout(x: torch.Tensor, p: float, *, seed) -> torch.Tensor:
@@ -295,7 +290,7 @@ def seeded_dropout(x: torch.Tensor, p: float, *, seed) -> torch.Tensor:
     if p >= 1.0:
         return torch.zeros_like(x)
     keep = dropout_keep_mask(x.shape, p, seed=seed, device=x.device)
-    compute = dropout_compute_dtype(x.dtype)
+    compute = accumulation_dtype(x.dtype)
     scale = torch.tensor(dropout_scale(p), dtype=compute, device=x.device)
     y = torch.where(keep, x.to(compute) * scale, torch.zeros((), dtype=compute, device=x.device))
     return y.to(x.dtype)

@@ -122,8 +122,16 @@ def resolve_nnz(nnz, out_features: int) -> int:
 
 
 def block_start(t: int, out_features: int, nnz: int) -> int:
-    """First row of block t: rows are split into nnz blocks, [floor(t*k/s), floor((t+1)*k/s))."""
+    """First row of block t (an int, or an integer tensor of them): rows are split into nnz blocks,
+    [floor(t*k/s), floor((t+1)*k/s))."""
     return (t * out_features) // nnz
+
+
+def check_row_seeds(seeds_shape: tuple, input_shape: tuple) -> None:
+    """Raises ValueError unless one seed per row (a 1-D seeds_shape) matches a 2-D input_shape."""
+    if len(input_shape) != 2 or tuple(seeds_shape) != (input_shape[0],):
+        raise ValueError(f"a 1-D seed tensor needs a 2-D input with one seed per row: the input has shape "
+                         f"{tuple(input_shape)}, the seeds shape {tuple(seeds_shape)}")
 
 
 def dropout_threshold(p: float) -> int:

@@ -81,7 +81,7 @@ def triton_dropout(x: torch.Tensor, p: float, seed: torch.Tensor) -> torch.Tenso
     per_row = seed.dim() == 1
     rows, cols, stride_r, stride_c, contiguous, source = _as_rows_and_cols(x, per_row)
     y = _buffers.empty(x.shape, x.dtype, x.device)
-    scale = _scale_tensor(p, reference.dropout_compute_dtype(x.dtype), x.device)
+    scale = _scale_tensor(p, reference.accumulation_dtype(x.dtype), x.device)
     block = 1024
     programs = rows * math.ceil(cols / block) if per_row else math.ceil(rows * cols / block)
     seeded_dropout_kernel[(programs,)](
