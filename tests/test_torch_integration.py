@@ -230,3 +230,21 @@ def test_cuda_graph_of_a_training_step_with_backward():
     twin.drop.load_state_dict({"_extra_state": {"p": 0.5, "seed": 7, "calls": 3, "spec_version": spec.SPEC_VERSION}})
     want = [float(twin(static_x).square().mean()) for _ in range(3)]
     assert losses == pytest.approx(want, rel=1e-5) and len(set(losses)) == 3
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("seed", [33, None], ids=["seeded", "drawn"])
+def test_reduce_overhead_compile_replays_a_fresh_mask_each_call(seed):
+    """torch.compile(mode="reduce-overhead") runs the step as CUDA-graph replays (cudagraph trees):
+    the module's device-side seed state still advances call by call."""
+    torch._dynamo.reset()
+    layer = sjlt.SeededDropout(0.5, seed=seed).cuda()
+    step = torch.compile(lambda t: layer(t) * 1, mode="reduce-overhead", fullgraph=True)
+    x = torch.randn(16, 512, device="cuda").abs() + 0.1
+    masks = []
+    for call in range(6):
+        keep = step(x) != 0
+        want_seed = call_seed(seed, call) if seed is not None else layer.last_seed
+        assert torch.equal(keep, reference.dropout_keep_mask(x.shape, 0.5, seed=want_seed).cuda()), f"call {call}"
+        masks.append(keep.clone())
+    assert all(not torch.equal(masks[i], masks[j]) for i in range(6) for j in range(i))
