@@ -1,3 +1,7 @@
+"""Time to the first projection in a fresh process, and whether it imported torch._dynamo (issue 13).
+
+    python benchmarks/first_call_probe.py      (on a GPU machine)
+"""
 import sys, time
 t0 = time.perf_counter()
 import torch
