@@ -7,11 +7,12 @@ import numbers
 import torch
 
 from . import reference, spec
-from ._backend import check_backend
+from ._backend import check_backend, use_triton
 from ._dtypes import TORCH_COMPLEX_DTYPES, TORCH_FLOAT_DTYPES
 from ._memory import check_output_fits
 from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
 from .ops import choice, dense, layouts
+from .ops._launch import KERNEL_DTYPES
 from .ops import sparse_jl as _sparse_jl_ops
 
 __all__ = ["sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
@@ -73,11 +74,12 @@ def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backen
         return torch.complex(real, imag)
     lead = tensor.shape[:-1]
     flat = tensor if tensor.dim() == 2 else tensor.reshape(lead.numel(), tensor.shape[-1])  # not -1: d may be 0
-    if (backend != "torch" and flat.device.type == "cuda" and not torch.compiler.is_compiling()
+    if (use_triton(backend, flat, supports_dtype=flat.dtype in KERNEL_DTYPES) and not torch.compiler.is_compiling()
             and not torch.is_autocast_enabled(flat.device.type)
             and _chosen_algorithm(op, flat, features, nnz, key0, key1, column_offset) == choice.DENSE):
-        # The op would choose the same dense algorithm (a plain torch op with torch's autograd);
-        # calling it here skips the op's dispatch, which costs more than the matmul at this size.
+        # The op's own dispatch (use_triton, then choice) picks the same dense algorithm, a plain
+        # torch op with torch's autograd: calling it here skips the op's dispatch, which costs
+        # more than the matmul at this size.
         out = dense_fn(flat, features, key0, key1, nnz, column_offset)
     else:
         out = op(flat, features, key0, key1, nnz, column_offset, backend)
@@ -131,8 +133,6 @@ def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int
     check_backend(backend)
     device = torch.device(device) if device is not None else torch.device("cpu")
     probe = torch.empty(0, device=device)
-    from ._backend import use_triton
-
     if use_triton(backend, probe):
         rows, negative = layouts.triton_hash(d, k, key0, key1, nnz, column_offset, device)
     else:

@@ -79,7 +79,7 @@ class SeededDropout(torch.nn.Module):
         self.backend = backend
         # seed=int: the seed of the next call. seed=None: the seed of the last call, -1 before any
         # (a drawn seed is never negative).
-        start = -1 if seed is None else _as_int64(self.seed)
+        start = -1 if seed is None else spec.seed_as_int64(self.seed)
         self.register_buffer("_seed_state", torch.tensor(start, dtype=torch.int64), persistent=False)
 
     @property
@@ -109,8 +109,8 @@ class SeededDropout(torch.nn.Module):
         else:
             # Advance first, then derive this call's seed as a fresh tensor: a clone taken before the
             # in-place add could be elided by a compiler into an alias of the advanced buffer.
-            state.add_(_as_int64(_CALL_INCREMENT))
-            seed = state - _as_int64(_CALL_INCREMENT)
+            state.add_(spec.seed_as_int64(_CALL_INCREMENT))
+            seed = state - spec.seed_as_int64(_CALL_INCREMENT)
         return F.seeded_dropout(x, self.p, seed=seed, backend=self.backend)
 
     def _state_on(self, device: torch.device) -> torch.Tensor:
@@ -137,12 +137,8 @@ class SeededDropout(torch.nn.Module):
         if self.seed is None:
             self._seed_state.fill_(-1)
         else:
-            self._seed_state.fill_(_as_int64((self.seed + calls * _CALL_INCREMENT) % (1 << 64)))
+            self._seed_state.fill_(spec.seed_as_int64((self.seed + calls * _CALL_INCREMENT) % (1 << 64)))
 
     def extra_repr(self) -> str:
         return f"p={self.p}, seed={self.seed}"
 
-
-def _as_int64(value: int) -> int:
-    """The int64 with the bits of ``value`` in [0, 2**64)."""
-    return value - (1 << 64) if value >= 1 << 63 else value

@@ -64,6 +64,12 @@ def seed_from_key(key0: int, key1: int) -> int:
     return (int(key0) & _UINT32) | ((int(key1) & _UINT32) << 32)
 
 
+def seed_as_int64(seed: int) -> int:
+    """The int64 holding the 64 bits of ``seed`` in [0, 2**64) (two's complement), as device
+    tensors store seeds."""
+    return seed - _SEED_LIMIT if seed >= _SEED_LIMIT >> 1 else seed
+
+
 def check_dimension(value, name: str) -> int:
     """Returns ``value`` as an int >= 1 (a feature count), or raises TypeError / ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

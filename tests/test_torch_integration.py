@@ -137,7 +137,7 @@ def test_sparse_jl_state_of_an_older_spec_refuses_to_load_and_says_what_to_do():
         sjlt.SparseJL(64, 32, seed=1).load_state_dict(state)
 
 
-def test_module_moves_its_seed_state_to_the_input_device_in_eager_mode(rng):
+def test_last_seed_is_the_seed_of_the_latest_call_and_none_before(rng):
     layer = sjlt.SeededDropout(0.5, seed=9)
     x = torch.randn(3, 16, generator=rng)
     assert torch.equal(layer(x) != 0, reference.dropout_keep_mask(x.shape, 0.5, seed=9) & (x != 0))

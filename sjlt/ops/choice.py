@@ -37,7 +37,7 @@ HALF_DENSE_MAX_FEATURES = 512
 
 DENSE, KERNEL = "dense", "kernel"
 
-# (direction, n, d, k, nnz, dtype, device, windowed) -> the algorithm timed fastest.
+# (direction, n, d, k, nnz, dtype, device) -> the algorithm timed fastest (k and nnz fix the layout).
 _BENCHMARKED: dict = {}
 
 

@@ -38,7 +38,7 @@ def _bounded_put(cache: dict, key, value, device: torch.device) -> None:
 
 def seed_tensor(seed: int, device: torch.device) -> torch.Tensor:
     """The 0-d int64 tensor holding the bits of ``seed`` (an int in [0, 2**64)) on ``device``."""
-    signed = seed - (1 << 64) if seed >= 1 << 63 else seed
+    signed = spec.seed_as_int64(seed)
     if torch.compiler.is_compiling():  # a graph constant: no Python state in traced code
         return torch.full((), signed, dtype=torch.int64, device=device)
     key = (signed, device)
