@@ -78,13 +78,10 @@ def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, k
 
 
 @triton.jit
-def _chunk_of_window(rotations_ptr, group, window, windows, group_base, column_offset, d):
-    """The chunk of table group ``group`` that lands in ``window``: its index in the table, its 16
-    local column indices and which of them lie in [0, d)."""
+def _window_chunk(rotations_ptr, group, window, windows):
+    """The table index of the chunk of table group ``group`` that lands in ``window``."""
     rotation = tl.load(rotations_ptr + group)
-    table_chunk = tl.cast(group, tl.int64) * windows + (window - rotation + windows) % windows
-    cols = (group_base * windows + table_chunk) * WINDOW - column_offset + tl.arange(0, WINDOW)
-    return table_chunk, cols, (cols >= 0) & (cols < d)
+    return tl.cast(group, tl.int64) * windows + (window - rotation + windows) % windows
 
 
 @triton.jit
@@ -116,31 +113,88 @@ def _window_columns(offs_q, window, windows):
 
 
 @triton.jit
+def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base, column_offset,
+                   d, offs_q, NNZ: tl.constexpr, GROUPS: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """The chunks at ``window`` of groups first_group .. first_group + GROUPS - 1, side by side:
+    their 16 * GROUPS local columns, which of them exist (in [0, d), group before g_end), and
+    their signed-permutation tiles stacked to match ([16 * GROUPS, WIDTH], or its transpose), so
+    one dot of depth (or width) 16 * GROUPS takes them all. Built with 2-D selects only: a 3-D
+    reshape costs a shared-memory round trip (benchmarks/NOTES.md)."""
+    lanes = tl.arange(0, WINDOW * GROUPS)
+    lane = lanes % WINDOW
+    stacked = lanes // WINDOW
+    last = g_end - 1
+    chunk_0 = _window_chunk(rotations_ptr, tl.minimum(first_group, last), window, windows)
+    source_0, value_0 = _signed_permutation(words_ptr, chunk_0, offs_q, NNZ)
+    none = tl.zeros_like(stacked)
+    chunk = chunk_0 + none.to(tl.int64)
+    if TRANSPOSED:
+        source = source_0[:, None] + none[None, :]
+        value = value_0[:, None] + none[None, :].to(tl.float32)
+    else:
+        source = source_0[None, :] + none[:, None]
+        value = value_0[None, :] + none[:, None].to(tl.float32)
+    for g in tl.static_range(1, GROUPS):
+        chunk_g = _window_chunk(rotations_ptr, tl.minimum(first_group + g, last), window, windows)
+        source_g, value_g = _signed_permutation(words_ptr, chunk_g, offs_q, NNZ)
+        chunk = tl.where(stacked == g, chunk_g, chunk)
+        if TRANSPOSED:
+            source = tl.where(stacked[None, :] == g, source_g[:, None], source)
+            value = tl.where(stacked[None, :] == g, value_g[:, None], value)
+        else:
+            source = tl.where(stacked[:, None] == g, source_g[None, :], source)
+            value = tl.where(stacked[:, None] == g, value_g[None, :], value)
+    cols = (group_base * windows + chunk) * WINDOW - column_offset + lane
+    mask_d = (first_group + stacked < g_end) & (cols >= 0) & (cols < d)
+    if TRANSPOSED:
+        tile = tl.where(source == lane[None, :], value, 0.0)
+    else:
+        tile = tl.where(lane[:, None] == source, value, 0.0)
+    return cols, mask_d, tile
+
+
+@triton.jit
+def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base,
+                    column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
+                    NNZ: tl.constexpr, GROUPS: tl.constexpr):
+    """X's chunks at ``window`` of GROUPS groups ([BLOCK_M, 16 * GROUPS], zeros where they do not
+    exist) and their stacked tile."""
+    cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows,
+                                        group_base, column_offset, d, offs_q, NNZ, GROUPS, False)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
+                mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+    return x, tile
+
+
+@triton.jit
 def sparse_jl_windowed_forward_kernel(
     x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
     groups_per_split, windows, scale,
     stride_xm, stride_xd, stride_om, stride_ok, stride_split,
     NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr, UNROLL: tl.constexpr,
 ):
     """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A,
     splits); A is the fastest axis so the programs sharing a row tile run together. WIDTH is
-    16 * NNZ rounded up to a power of two. With one split ``out`` is Y; otherwise a float32
+    16 * NNZ rounded up to a power of two. Each step takes GROUPS groups in one dot and UNROLL
+    (1 or 2) such dots, whose loads are all issued first: a lone 16-column chunk per step left the
+    kernel latency-bound (benchmarks/NOTES.md). With one split ``out`` is Y; otherwise a float32
     workspace the caller sums in a fixed order."""
     window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
-    lanes = tl.arange(0, WINDOW)
     offs_q = tl.arange(0, WIDTH)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
-    for group in range(g_begin, g_end):
-        table_chunk, cols, mask_d = _chunk_of_window(rotations_ptr, group, window, windows, group_base,
-                                                     column_offset, d)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
-                    mask=mask_m[:, None] & mask_d[None, :], other=0.0)
-        source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
-        tile = tl.where(lanes[:, None] == source[None, :], value[None, :], 0.0)
+    for group in range(g_begin, g_end, GROUPS * UNROLL):
+        x, tile = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
+                                  column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ, GROUPS)
+        if UNROLL == 2:
+            x_next, tile_next = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group + GROUPS, g_end, window,
+                                                windows, group_base, column_offset, d, offs_m, mask_m, offs_q,
+                                                stride_xm, stride_xd, NNZ, GROUPS)
         acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
+        if UNROLL == 2:
+            acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
                 + _window_columns(offs_q, window, windows)[None, :] * stride_ok)
     tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty),
@@ -153,13 +207,12 @@ def sparse_jl_windowed_transpose_kernel(
     groups_per_split, windows, scale,
     stride_ym, stride_yk, stride_zm, stride_zd,
     NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
 ):
     """z[m, chunk columns] = scale * y[m, window a of every block] @ tile^T for each chunk that lands
-    in window a. Grid as the forward's; splits own disjoint groups, so every column of z is written
-    by exactly one program and no reduction follows."""
+    in window a, GROUPS groups' chunks per dot. Grid as the forward's; splits own disjoint groups,
+    so every column of z is written by exactly one program and no reduction follows."""
     window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
-    lanes = tl.arange(0, WINDOW)
     offs_q = tl.arange(0, WIDTH)
     y = tl.load(y_ptr + offs_m[:, None] * stride_ym + _window_columns(offs_q, window, windows)[None, :] * stride_yk,
                 mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :], other=0.0)
@@ -175,11 +228,10 @@ def sparse_jl_windowed_transpose_kernel(
         lo = hi
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
-    for group in range(g_begin, g_end):
-        table_chunk, cols, mask_d = _chunk_of_window(rotations_ptr, group, window, windows, group_base,
-                                                     column_offset, d)
-        source, value = _signed_permutation(words_ptr, table_chunk, offs_q, NNZ)
-        tile_t = tl.where(source[:, None] == lanes[None, :], value[:, None], 0.0).to(DOT_DTYPE)
+    for group in range(g_begin, g_end, GROUPS):
+        cols, mask_d, tile_t = _stacked_tiles(words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
+                                              column_offset, d, offs_q, NNZ, GROUPS, True)
+        tile_t = tile_t.to(DOT_DTYPE)
         z = tl.dot(hi, tile_t)
         if FP32_PASSES >= 2:
             z = tl.dot(mid, tile_t, z)

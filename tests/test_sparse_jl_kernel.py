@@ -65,6 +65,31 @@ def test_forward_column_splits_match_reference(kernel_device, rng, splits, k):
     assert _relative_error(got, want) <= TOLERANCE[torch.float32]
 
 
+@pytest.mark.parametrize("steps", [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (4, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_windowed_forward_steps_match_reference(kernel_device, rng, steps, dtype, splits):
+    """Several groups per dot and unrolled dots: group counts that no step size divides (19
+    groups of 4 chunks at k = 512, nnz 8; offset mid-chunk), and splits that end mid-step."""
+    n, d, k, nnz, offset, seed = 21, 1203, 512, 8, 2**33 + 9, 2**62 + 7
+    x = torch.randn(n, d, generator=rng).to(dtype)
+    want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, Tiling(splits=splits, steps=steps))
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_windowed_transpose_groups_match_reference(kernel_device, rng, groups, splits):
+    """Several groups' chunks per transpose dot, with group counts and splits no step divides."""
+    n, d, k, nnz, offset, seed = 21, 1203, 512, 8, 2**33 + 9, 2**62 + 7
+    y = torch.randn(n, k, generator=rng)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset,
+                             Tiling(splits=splits, steps=(groups,)))
+    assert _relative_error(got, want) <= TOLERANCE[torch.float32]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n,d,k,nnz,offset,seed", SHAPES)
 def test_transpose_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, offset, seed):

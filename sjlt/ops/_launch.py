@@ -57,12 +57,14 @@ def forward_output(n: int, k: int, splits: int, x: torch.Tensor):
 
 class Tiling(NamedTuple):
     """Overrides of a launcher's tiling heuristics, for tests and benchmark sweeps only; a result's
-    value never depends on them. ``blocks``: (BLOCK_M, BLOCK_N, BLOCK_D) for the classic layout,
-    (BLOCK_M,) for the windowed one; ``num_stages``: the windowed kernel only."""
+    value never depends on them beyond float rounding. ``blocks``: (BLOCK_M, BLOCK_N, BLOCK_D) for
+    the classic layout, (BLOCK_M,) for the windowed one; ``num_stages`` and ``steps`` (groups per
+    dot, dots per loop step; the transpose takes the first): the windowed kernels only."""
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None
     num_stages: int | None = None
+    steps: tuple | None = None
 
 
 def sum_splits(out: torch.Tensor, splits: int, dtype: torch.dtype) -> torch.Tensor:

@@ -75,6 +75,20 @@ def _block_m(n: int, width: int) -> int:
     return max(16, min(rows, (64 * 128) // width))
 
 
+def _forward_steps(dtype: torch.dtype, nnz: int) -> tuple[int, int, int]:
+    """(groups per dot, dots per loop step, pipeline stages) of the forward, from the H100 sweep
+    (``python benchmarks/sweep_windowed.py``, benchmarks/RESULTS.md): half types run fastest with
+    four groups in one dot and no software pipelining; float32, whose three-pass split already
+    fills the step, with two one-group dots and three stages, except at nnz >= 16."""
+    if dtype == torch.float32 and nnz < 16:
+        return 1, 2, 3
+    return 4, 1, 1
+
+
+#: Groups whose chunks one transpose dot writes (its N is 16 * this).
+_TRANSPOSE_GROUPS = 1
+
+
 def _num_warps(block_m: int) -> int:
     # The H100 sweep in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
     # by 5-20%; 32 rows run best with 2 warps.
@@ -101,7 +115,7 @@ def _grid(x: torch.Tensor, nnz: int, tables: WindowTables, splits=None, block_m=
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
             tiling: Tiling = Tiling()) -> torch.Tensor:
     """Y = x S^T: a program owns window a of every block for a row tile and multiplies, per group,
-    the one chunk that lands there by its signed-permutation tile."""
+    the one chunk that lands there by its signed-permutation tile, several groups per step."""
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_forward_kernel
 
     n, d = x.shape
@@ -110,25 +124,27 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         x, nnz, tables, tiling.splits, tiling.blocks[0] if tiling.blocks else None)
     out, stride_split = forward_output(n, out_features, splits, x)
     fp32_passes, dot_type = dot_config(x.dtype)
-    stages = {"num_stages": tiling.num_stages} if tiling.num_stages else {}
+    groups_per_dot, unroll, stages = _forward_steps(x.dtype, nnz)
+    groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
         per_split, tables.windows, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        num_warps=tiling.num_warps or _num_warps(block_m), **stages,
+        GROUPS=groups_per_dot, UNROLL=unroll, num_warps=tiling.num_warps or _num_warps(block_m),
+        num_stages=tiling.num_stages or stages,
     )
     return sum_splits(out, splits, x.dtype)
 
 
 def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
-              column_offset: int) -> torch.Tensor:
+              column_offset: int, tiling: Tiling = Tiling()) -> torch.Tensor:
     """Z = y S: splits own disjoint groups, so every column of Z is written by one program."""
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_transpose_kernel
 
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
-    block_m, width, tiles, splits, per_split = _grid(y, nnz, tables, summed=False)
+    block_m, width, tiles, splits, per_split = _grid(y, nnz, tables, tiling.splits, summed=False)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
     fp32_passes, dot_type = dot_config(y.dtype)
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
@@ -136,6 +152,7 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
         tables.groups, per_split, tables.windows, 1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        num_warps=_num_warps(block_m),
+        GROUPS=(tiling.steps or (_TRANSPOSE_GROUPS,))[0], num_warps=tiling.num_warps or _num_warps(block_m),
+        **({"num_stages": tiling.num_stages} if tiling.num_stages else {}),
     )
     return z

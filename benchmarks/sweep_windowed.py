@@ -1,0 +1,92 @@
+"""Step-shape sweep of the windowed kernels (issue 12): how many groups' chunks one dot takes, how
+many dots a loop step issues, and the pipeline depth, on the issue's shapes.
+
+    python benchmarks/sweep_windowed.py [--nnz 0 16] [--out FILE]
+
+Every configuration is checked against the launcher's default before it is timed (the same S;
+float rounding may differ with the summation order). ``ops.windowed._forward_steps`` and
+``_TRANSPOSE_GROUPS`` are chosen from this table (benchmarks/RESULTS.md, NOTES.md).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from sjlt import spec
+from sjlt.ops import windowed
+from sjlt.ops._launch import Tiling
+
+SHAPES = [(2**20, 1024, 64), (2**20, 1024, 256), (2**20, 1024, 1024), (2**18, 4096, 256),
+          (2**18, 4096, 4096), (32, 2**24, 4096), (4096, 2**17, 4096), (2**16, 2**14, 1024),
+          (1024, 2**20, 8192)]
+#: (groups per dot, dots per step, stages)
+FORWARD_STEPS = [(1, 1, 3), (1, 2, 3), (2, 1, 1), (2, 2, 1), (4, 1, 1), (4, 1, 3)]
+#: (groups per dot, stages)
+TRANSPOSE_STEPS = [(1, 3), (2, 3), (4, 3), (4, 1)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nnz", type=int, nargs="*", default=[0],
+                        help="nnz values, 0 for the default; others run at k >= 4096 only")
+    parser.add_argument("--directions", default="forward,transpose")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    src = torch.randn(2**28, device="cuda")
+    dst = torch.empty_like(src)
+    bw = 2 * src.numel() * 4 / (do_bench(lambda: dst.copy_(src), return_mode="median") * 1e-3)
+    del src, dst
+    lines = [f"# Windowed kernel step sweep ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
+             f"triton {triton.__version__}, copy {bw / 1e9:.0f} GB/s)", "",
+             "| direction | dtype | n | d | k | nnz | groups x dots | stages | ms | % of floor | default ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    key = spec.philox_key(20261122)
+    for direction in args.directions.split(","):
+        for dtype in (torch.bfloat16, torch.float32):
+            for n, d, k in SHAPES:
+                for nnz in args.nnz:
+                    nnz = nnz or spec.default_nnz(k)
+                    if not spec.is_windowed(k, nnz) or (nnz != spec.default_nnz(k) and k < 4096):
+                        continue
+                    if direction == "forward":
+                        data = torch.randn(n, d, device="cuda", generator=gen).to(dtype)
+                        run = lambda tiling: windowed.forward(data, k, *key, nnz, 0, tiling)  # noqa: E731
+                        configs = [((g, u), s) for g, u, s in FORWARD_STEPS]
+                    else:
+                        data = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
+                        run = lambda tiling: windowed.transpose(data, d, *key, nnz, 0, tiling)  # noqa: E731
+                        configs = [((g,), s) for g, s in TRANSPOSE_STEPS]
+                    floor = (n * d + n * k) * data.element_size() / bw * 1e3
+                    default = run(Tiling())
+                    default_ms = do_bench(lambda: run(Tiling()), return_mode="median")
+                    for steps, stages in configs:
+                        tiling = Tiling(steps=steps, num_stages=stages)
+                        try:
+                            got = run(tiling)
+                            err = ((got.float() - default.float()).norm() / default.float().norm()).item()
+                            tol = 3e-5 if dtype == torch.float32 else 1e-2
+                            if not err <= tol:
+                                raise AssertionError(f"relative difference {err:.2e} > {tol}")
+                            ms = do_bench(lambda: run(tiling), warmup=5, rep=20, return_mode="median")
+                            cell = f"{ms:.3f} | {100 * floor / ms:.0f}%"
+                        except Exception as exc:  # out of registers / shared memory, or wrong
+                            cell = f"{type(exc).__name__}: {str(exc)[:60]} | -"
+                        lines.append(f"| {direction} | {str(dtype)[6:]} | {n} | {d} | {k} | {nnz} | "
+                                     f"{'x'.join(map(str, steps))} | {stages} | {cell} | {default_ms:.3f} |")
+                        print(lines[-1], flush=True)
+                        if args.out:  # as it goes: a sweep cut short keeps its rows
+                            with open(args.out, "w") as fh:
+                                fh.write("\n".join(lines) + "\n")
+                    del data, default
+                    torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
