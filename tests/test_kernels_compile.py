@@ -16,9 +16,13 @@ I32, I64 = "i32", "i64"
 
 def _variants():
     """(kernel name, signature, constexprs) for every specialisation the launchers can produce."""
+    import torch
     import triton.language as tl
 
     from sjlt import spec
+    from sjlt.ops import windowed
+
+    torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
     for dtype, passes, dot in [("fp32", 3, tl.bfloat16), ("fp32", 2, tl.bfloat16), ("fp32", 1, tl.bfloat16),
                                ("bf16", 0, tl.bfloat16), ("fp16", 0, tl.float16)]:
@@ -51,12 +55,14 @@ def _variants():
                       "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants
                 const.update(windows=1, groups_per_split=1, scale=1.0)
+            groups, unroll, _ = windowed._forward_steps(torch_dtypes[dtype], nnz)
             yield ("sparse_jl_windowed_forward_kernel",
                    {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
-                    "stride_om": I64, "stride_ok": I32, "stride_split": I64}, const)
+                    "stride_om": I64, "stride_ok": I32, "stride_split": I64},
+                   {**const, "GROUPS": groups, "UNROLL": unroll})
             yield ("sparse_jl_windowed_transpose_kernel",
                    {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
-                    "stride_zm": I64, "stride_zd": I32}, const)
+                    "stride_zm": I64, "stride_zd": I32}, {**const, "GROUPS": windowed._TRANSPOSE_GROUPS})
     for nnz in (8, 3, 1):
         const = {"NNZ": nnz, "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
                  "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}
