@@ -1,6 +1,6 @@
 """Distance preservation of the default SJLT against a dense Gaussian projection (CPU, float64).
 
-    python benchmarks/quality.py [--min-k 16] [--max-k 8192] [--seeds 6] [--nnz N]
+    python benchmarks/quality.py [--min-k 16] [--max-k 8192] [--ks 3072,...] [--seeds 6] [--nnz N]
 
 For each data family and k (d = max(1024, 4k)), the p99 of |‖Sx - Sy‖² / ‖x - y‖² - 1| over all
 pairs of 160 points, averaged over the seeds, divided by the same for a dense Gaussian projection
@@ -75,8 +75,10 @@ def main(argv=None) -> None:
     parser.add_argument("--min-k", type=int, default=16)
     parser.add_argument("--seeds", type=int, default=6)
     parser.add_argument("--nnz", type=int, help="nonzeros per column instead of the default")
+    parser.add_argument("--ks", help="comma-separated k values instead of 16, 64, ..., 8192")
     args = parser.parse_args(argv)
-    ks = [k for k in (16, 64, 256, 1024, 2048, 4096, 8192) if args.min_k <= k <= args.max_k]
+    ks = [int(k) for k in args.ks.split(",")] if args.ks else [16, 64, 256, 1024, 2048, 4096, 8192]
+    ks = [k for k in ks if args.min_k <= k <= args.max_k]
     print("| data | d | k | layout, nnz | sjlt / Gaussian | Gaussian p99 | within 1.10x |")
     print("|---|---|---|---|---|---|---|")
     rows = [(name, k, max(1024, 4 * k)) for k in ks for name in ("dense", "real", "window64", "sparse8")]

@@ -34,6 +34,9 @@ def main(argv=None) -> int:
     parser.add_argument("--nnz", type=int, nargs="*", default=[0],
                         help="nnz values, 0 for the default; others run at k >= 4096 only")
     parser.add_argument("--directions", default="forward,transpose")
+    parser.add_argument("--block-m", type=int, help="rows per program instead of the launcher's")
+    parser.add_argument("--warps", type=int, help="warps per program instead of the launcher's")
+    parser.add_argument("--min-k", type=int, default=0, help="only shapes with k >= this")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     src = torch.randn(2**28, device="cuda")
@@ -41,7 +44,8 @@ def main(argv=None) -> int:
     bw = 2 * src.numel() * 4 / (do_bench(lambda: dst.copy_(src), return_mode="median") * 1e-3)
     del src, dst
     lines = [f"# Windowed kernel step sweep ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
-             f"triton {triton.__version__}, copy {bw / 1e9:.0f} GB/s)", "",
+             f"triton {triton.__version__}, copy {bw / 1e9:.0f} GB/s; BLOCK_M {args.block_m or 'default'}, "
+             f"warps {args.warps or 'default'})", "",
              "| direction | dtype | n | d | k | nnz | groups x dots | stages | ms | % of floor | default ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
@@ -49,7 +53,7 @@ def main(argv=None) -> int:
     key = spec.philox_key(20261122)
     for direction in args.directions.split(","):
         for dtype in (torch.bfloat16, torch.float32):
-            for n, d, k in SHAPES:
+            for n, d, k in [shape for shape in SHAPES if shape[2] >= args.min_k]:
                 for nnz in args.nnz:
                     nnz = nnz or spec.default_nnz(k)
                     if not spec.is_windowed(k, nnz) or (nnz != spec.default_nnz(k) and k < 4096):
@@ -66,7 +70,8 @@ def main(argv=None) -> int:
                     default = run(Tiling())
                     default_ms = do_bench(lambda: run(Tiling()), return_mode="median")
                     for steps, stages in configs:
-                        tiling = Tiling(steps=steps, num_stages=stages)
+                        tiling = Tiling(steps=steps, num_stages=stages, num_warps=args.warps,
+                                        blocks=(args.block_m,) if args.block_m else None)
                         try:
                             got = run(tiling)
                             err = ((got.float() - default.float()).norm() / default.float().norm()).item()

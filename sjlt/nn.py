@@ -41,7 +41,7 @@ class SparseJL(torch.nn.Module):
                 "seed": self.seed, "nnz": self.nnz, "spec_version": spec.SPEC_VERSION}
 
     def set_extra_state(self, state):
-        if state.get("spec_version") != spec.SPEC_VERSION:
+        if state.get("spec_version") not in spec.SPARSE_JL_SAME_SINCE:  # its nnz is in the state
             raise RuntimeError(f"this SparseJL state was saved with spec version {state.get('spec_version')}, "
                                f"but sjlt implements spec version {spec.SPEC_VERSION}; the matrix would differ "
                                f"(docs/spec.md, version history). Re-create the module with this sjlt (same "

@@ -9,9 +9,12 @@ import math
 import numbers
 
 #: Format version of every stream below. Bump it on any change to the distribution.
-SPEC_VERSION = 3
+SPEC_VERSION = 4
 #: The versions whose seeded-dropout stream is the current one (it has not changed since v1).
-DROPOUT_SAME_SINCE = (1, 2, 3)
+DROPOUT_SAME_SINCE = (1, 2, 3, 4)
+#: The versions whose SJLT matrix for a given (seed, in_features, out_features, nnz) is the current
+#: one: v4 changed only the default nnz, which saved modules and outputs record.
+SPARSE_JL_SAME_SINCE = (3, 4)
 
 #: Philox counter word c3 for each consumer: distinct values keep the SJLT and dropout streams
 #: disjoint under the same seed. ASCII 'SJLT' and 'DROP'.
@@ -22,8 +25,14 @@ DOMAIN_DROPOUT = 0x44524F50
 DOMAIN_SPARSE_JL_WINDOW = 0x534A4C57
 DOMAIN_SPARSE_JL_GROUP = 0x534A4C47
 
-#: Default nonzeros per column of the SJLT (fewer when out_features is small, see default_nnz).
+#: Default nonzeros per column of the SJLT (fewer when out_features is small, more when it is
+#: large, see default_nnz).
 DEFAULT_NNZ = 8
+#: Above this many output rows the default is LARGE_K_NNZ where the windowed layout takes it:
+#: with 8 nonzeros the tails of sparse and window-concentrated inputs exceed a Gaussian
+#: projection's by 1.1-1.4x there (docs/spec.md, 2b).
+DEFAULT_NNZ_MAX_K = 2048
+LARGE_K_NNZ = 16
 #: The windowed layout's XOR masks are affine in the block index over GF(16) (x^4 + x + 1).
 GF16_POLYNOMIAL = 0b10011
 
@@ -80,12 +89,13 @@ def check_dimension(value, name: str) -> int:
 
 
 def default_nnz(out_features: int) -> int:
-    """out_features / 16 for multiples of 16 below 128 (so that the windowed layout applies); 8
-    otherwise (capped at out_features). The layout follows from (out_features, nnz) by
-    :func:`is_windowed`. nnz = 16 halves the tail excess at k >= 4096 at twice the GPU cost
-    (docs/spec.md, 2b)."""
+    """out_features / 16 for multiples of 16 below 128 (so that the windowed layout applies); 16
+    for multiples of 256 above 2048 (Gaussian-level tails there, docs/spec.md 2b); 8 otherwise
+    (capped at out_features). The layout follows from (out_features, nnz) by :func:`is_windowed`."""
     if out_features % WINDOW == 0 and out_features < DEFAULT_NNZ * WINDOW:
         return out_features // WINDOW
+    if out_features > DEFAULT_NNZ_MAX_K and out_features % (WINDOW * LARGE_K_NNZ) == 0:
+        return LARGE_K_NNZ
     return min(DEFAULT_NNZ, out_features)
 
 

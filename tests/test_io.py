@@ -112,10 +112,13 @@ def test_outputs_of_an_older_stream_spec_refuse_to_load(tmp_path):
     project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=16, seed=1))
     sidecar = tmp_path / "out.npy.json"
     record = json.loads(sidecar.read_text())
-    record["spec_version"] = spec.SPEC_VERSION - 1
+    record["spec_version"] = 3  # v4 changed only the default nnz, which the record holds: same matrix
     sidecar.write_text(json.dumps(record))
-    with pytest.raises(FileProjectionError, match=f"version {spec.SPEC_VERSION - 1}.*project the input again"):
+    assert read_provenance(tmp_path / "out.npy")["nnz"] == record["nnz"]
+    record["spec_version"] = 2  # v3 changed the windowed matrices
+    sidecar.write_text(json.dumps(record))
+    with pytest.raises(FileProjectionError, match="version 2.*project the input again"):
         read_provenance(tmp_path / "out.npy")
-    assert read_provenance(tmp_path / "out.npy", current_spec=False)["spec_version"] == spec.SPEC_VERSION - 1
+    assert read_provenance(tmp_path / "out.npy", current_spec=False)["spec_version"] == 2
     project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=16, seed=1, overwrite=True))
     assert read_provenance(tmp_path / "out.npy")["spec_version"] == spec.SPEC_VERSION

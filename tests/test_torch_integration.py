@@ -137,6 +137,19 @@ def test_sparse_jl_state_of_an_older_spec_refuses_to_load_and_says_what_to_do():
         sjlt.SparseJL(64, 32, seed=1).load_state_dict(state)
 
 
+def test_sparse_jl_state_of_spec_v3_keeps_its_recorded_nnz():
+    """v4 changed only the default nnz above k = 2048 (8 -> 16): a v3 state names its nnz, so it
+    loads and keeps the v3 matrix."""
+    state = sjlt.SparseJL(1024, 4096, seed=1, nnz=8).state_dict()
+    state["_extra_state"]["spec_version"] = 3
+    module = sjlt.SparseJL(1024, 4096, seed=1)
+    assert module.nnz == 16
+    module.load_state_dict(state)
+    assert module.nnz == 8
+    x = torch.randn(3, 1024)
+    assert torch.equal(module(x), sjlt.functional.sparse_jl(x, 4096, seed=1, nnz=8))
+
+
 def test_last_seed_is_the_seed_of_the_latest_call_and_none_before(rng):
     layer = sjlt.SeededDropout(0.5, seed=9)
     x = torch.randn(3, 16, generator=rng)
