@@ -67,22 +67,25 @@ def _width(nnz: int) -> int:
     return spec.WINDOW * (1 << (nnz - 1).bit_length())
 
 
-def _block_m(n: int, width: int) -> int:
-    """Rows per program: the accumulator is BLOCK_M x width float32, kept near 64 KiB of registers."""
+def _block_m(n: int, width: int, summed: bool) -> int:
+    """Rows per program: the accumulator is BLOCK_M x width float32, at most 64 KiB of registers
+    in the forward (``summed``) and 32 KiB in the transpose, which also holds the y tile and its
+    split (H100 sweep, benchmarks/RESULTS.md: at nnz 16 the forward runs 1.2-1.6x faster with 64
+    rows than with 32, the transpose 1.1x slower)."""
     if triton_interpreting():
         return 16
     rows = 64 if n > 32 else 32 if n > 16 else 16
-    return max(16, min(rows, (64 * 128) // width))
+    return max(16, min(rows, (64 * (256 if summed else 128)) // width))
 
 
 def _forward_steps(dtype: torch.dtype, nnz: int) -> tuple[int, int, int]:
     """(groups per dot, dots per loop step, pipeline stages) of the forward, from the H100 sweep
     (``python benchmarks/sweep_windowed.py``, benchmarks/RESULTS.md): half types run fastest with
     four groups in one dot and no software pipelining; float32, whose three-pass split already
-    fills the step, with two one-group dots and three stages, except at nnz >= 16."""
-    if dtype == torch.float32 and nnz < 16:
-        return 1, 2, 3
-    return 4, 1, 1
+    fills the step, with two one-group dots at nnz <= 8 and one four-group dot above, pipelined."""
+    if dtype != torch.float32:
+        return 4, 1, 1
+    return (1, 2, 3) if nnz <= 8 else (4, 1, 3)
 
 
 #: Groups whose chunks one transpose dot writes (its N is 16 * this).
@@ -101,7 +104,7 @@ def _grid(x: torch.Tensor, nnz: int, tables: WindowTables, splits=None, block_m=
     ``summed``: whether splits produce partials to be summed (the forward)."""
     n = x.shape[0]
     width = _width(nnz)
-    block_m = block_m or _block_m(n, width)
+    block_m = block_m or _block_m(n, width, summed)
     tiles = math.ceil(n / block_m) * tables.windows
     if splits is None:
         # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
