@@ -55,7 +55,7 @@ def _variants():
                       "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants
                 const.update(windows=1, groups_per_split=1, scale=1.0)
-            groups, unroll, _ = windowed._forward_steps(torch_dtypes[dtype], nnz)
+            groups, unroll, _ = windowed._forward_steps(torch_dtypes[dtype], nnz, block_m)
             yield ("sparse_jl_windowed_forward_kernel",
                    {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
                     "stride_om": I64, "stride_ok": I32, "stride_split": I64},

@@ -78,14 +78,17 @@ def _block_m(n: int, width: int, summed: bool) -> int:
     return max(16, min(rows, (64 * (256 if summed else 128)) // width))
 
 
-def _forward_steps(dtype: torch.dtype, nnz: int) -> tuple[int, int, int]:
+def _forward_steps(dtype: torch.dtype, nnz: int, block_m: int) -> tuple[int, int, int]:
     """(groups per dot, dots per loop step, pipeline stages) of the forward, from the H100 sweep
     (``python benchmarks/sweep_windowed.py``, benchmarks/RESULTS.md): half types run fastest with
     four groups in one dot and no software pipelining; float32, whose three-pass split already
-    fills the step, with two one-group dots at nnz <= 8 and one four-group dot above, pipelined."""
+    fills the step, with two one-group dots at nnz <= 8 and one four-group dot above, pipelined
+    when a program has 64 rows (with 32 rows and two warps, pipelining it ran 3x slower)."""
     if dtype != torch.float32:
         return 4, 1, 1
-    return (1, 2, 3) if nnz <= 8 else (4, 1, 3)
+    if nnz <= 8:
+        return 1, 2, 3
+    return 4, 1, 3 if block_m >= 64 else 1
 
 
 #: Groups whose chunks one transpose dot writes (its N is 16 * this).
@@ -127,7 +130,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         x, nnz, tables, tiling.splits, tiling.blocks[0] if tiling.blocks else None)
     out, stride_split = forward_output(n, out_features, splits, x)
     fp32_passes, dot_type = dot_config(x.dtype)
-    groups_per_dot, unroll, stages = _forward_steps(x.dtype, nnz)
+    groups_per_dot, unroll, stages = _forward_steps(x.dtype, nnz, block_m)
     groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
