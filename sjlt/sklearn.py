@@ -184,7 +184,7 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     nnz : int or None, default=None
         Nonzeros per column of S, in [1, n_components_]; None means
         ``sjlt.spec.default_nnz(n_components_)`` (8; n_components_ / 16 below 128; 16 for multiples
-        of 256 above 2048).
+        of 256 from 2048 on).
     random_state : int in [0, 2**64), RandomState, Generator or None, default=None
         Source of the seed; see :func:`seed_from_random_state`. An int is the seed itself, so
         it gives the same projection on every machine and device.

@@ -28,10 +28,10 @@ DOMAIN_SPARSE_JL_GROUP = 0x534A4C47
 #: Default nonzeros per column of the SJLT (fewer when out_features is small, more when it is
 #: large, see default_nnz).
 DEFAULT_NNZ = 8
-#: Above this many output rows the default is LARGE_K_NNZ where the windowed layout takes it:
+#: From this many output rows on the default is LARGE_K_NNZ where the windowed layout takes it:
 #: with 8 nonzeros the tails of sparse and window-concentrated inputs exceed a Gaussian
 #: projection's by 1.1-1.4x there (docs/spec.md, 2b).
-DEFAULT_NNZ_MAX_K = 2048
+LARGE_K = 2048
 LARGE_K_NNZ = 16
 #: The windowed layout's XOR masks are affine in the block index over GF(16) (x^4 + x + 1).
 GF16_POLYNOMIAL = 0b10011
@@ -90,11 +90,11 @@ def check_dimension(value, name: str) -> int:
 
 def default_nnz(out_features: int) -> int:
     """out_features / 16 for multiples of 16 below 128 (so that the windowed layout applies); 16
-    for multiples of 256 above 2048 (Gaussian-level tails there, docs/spec.md 2b); 8 otherwise
+    for multiples of 256 from 2048 on (Gaussian-level tails there, docs/spec.md 2b); 8 otherwise
     (capped at out_features). The layout follows from (out_features, nnz) by :func:`is_windowed`."""
     if out_features % WINDOW == 0 and out_features < DEFAULT_NNZ * WINDOW:
         return out_features // WINDOW
-    if out_features > DEFAULT_NNZ_MAX_K and out_features % (WINDOW * LARGE_K_NNZ) == 0:
+    if out_features >= LARGE_K and out_features % (WINDOW * LARGE_K_NNZ) == 0:
         return LARGE_K_NNZ
     return min(DEFAULT_NNZ, out_features)
 

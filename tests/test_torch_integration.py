@@ -138,7 +138,7 @@ def test_sparse_jl_state_of_an_older_spec_refuses_to_load_and_says_what_to_do():
 
 
 def test_sparse_jl_state_of_spec_v3_keeps_its_recorded_nnz():
-    """v4 changed only the default nnz above k = 2048 (8 -> 16): a v3 state names its nnz, so it
+    """v4 changed only the default nnz from k = 2048 on (8 -> 16): a v3 state names its nnz, so it
     loads and keeps the v3 matrix."""
     state = sjlt.SparseJL(1024, 4096, seed=1, nnz=8).state_dict()
     state["_extra_state"]["spec_version"] = 3

@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--seed", type=_seed, default=0,
                          help="the matrix's seed, an int in [0, 2**64) (default 0)")
     project.add_argument("--nnz", type=_positive_int, metavar="N",
-                         help="nonzeros per input column (default 8; K/16 when K is a multiple of 16 below 128)")
+                         help="nonzeros per input column (default 8; K/16 when K is a multiple of 16 below "
+                              "128; 16 when K is a multiple of 256 from 2048 on)")
     project.add_argument("--batch-rows", type=_positive_int, metavar="R",
                          help="rows per batch (default: about 64 MB of input)")
     project.add_argument("--dtype", choices=spec.NUMPY_FLOAT_DTYPES,
@@ -114,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=_seed, default=0,
                           help="seed of the matrix and of the row sample (default 0)")
     evaluate.add_argument("--nnz", type=_positive_int, metavar="N",
-                          help="nonzeros per input column (default 8; k/16 when k is a multiple of 16 below 128)")
+                          help="nonzeros per input column (default 8; k/16 when k is a multiple of 16 below "
+                               "128; 16 when k is a multiple of 256 from 2048 on)")
     evaluate.add_argument("--neighbors", type=_positive_int, default=10, metavar="N",
                           help="the n of recall@n (default 10)")
     evaluate.add_argument("--plot", metavar="FILE.png",
