@@ -1,5 +1,6 @@
 """Step-shape sweep of the windowed kernels (issue 12): how many groups' chunks one dot takes, how
-many dots a loop step issues, and the pipeline depth, on the issue's shapes.
+many dots a loop step issues (the transpose: whether the stacked tile is the dot's left operand),
+and the pipeline depth, on the issue's shapes.
 
     python benchmarks/sweep_windowed.py [--nnz 0 16] [--out FILE]
 
@@ -25,8 +26,8 @@ SHAPES = [(2**20, 1024, 64), (2**20, 1024, 256), (2**20, 1024, 1024), (2**18, 40
           (1024, 2**20, 8192)]
 #: (groups per dot, dots per step, stages)
 FORWARD_STEPS = [(1, 1, 3), (1, 2, 3), (2, 1, 1), (2, 2, 1), (4, 1, 1), (4, 1, 3)]
-#: (groups per dot, stages)
-TRANSPOSE_STEPS = [(1, 3), (2, 3), (4, 3), (4, 1)]
+#: (groups per dot, tile on the left, stages)
+TRANSPOSE_STEPS = [(1, False, 3), (2, True, 3), (4, True, 3), (4, True, 1)]
 
 
 def main(argv=None) -> int:
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
                     else:
                         data = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
                         run = lambda tiling: windowed.transpose(data, d, *key, nnz, 0, tiling)  # noqa: E731
-                        configs = [((g,), s) for g, s in TRANSPOSE_STEPS]
+                        configs = [((g, left), s) for g, left, s in TRANSPOSE_STEPS]
                     floor = (n * d + n * k) * data.element_size() / bw * 1e3
                     default = run(Tiling())
                     default_ms = do_bench(lambda: run(Tiling()), return_mode="median")
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
                         except Exception as exc:  # out of registers / shared memory, or wrong
                             cell = f"{type(exc).__name__}: {str(exc)[:60]} | -"
                         lines.append(f"| {direction} | {str(dtype)[6:]} | {n} | {d} | {k} | {nnz} | "
-                                     f"{'x'.join(map(str, steps))} | {stages} | {cell} | {default_ms:.3f} |")
+                                     f"{'x'.join(map(str, map(int, steps)))} | {stages} | {cell} | {default_ms:.3f} |")
                         print(lines[-1], flush=True)
                         if args.out:  # as it goes: a sweep cut short keeps its rows
                             with open(args.out, "w") as fh:

@@ -207,16 +207,21 @@ def sparse_jl_windowed_transpose_kernel(
     groups_per_split, windows, scale,
     stride_ym, stride_yk, stride_zm, stride_zd,
     NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr, TILE_LEFT: tl.constexpr,
 ):
     """z[m, chunk columns] = scale * y[m, window a of every block] @ tile^T for each chunk that lands
     in window a, GROUPS groups' chunks per dot. Grid as the forward's; splits own disjoint groups,
-    so every column of z is written by exactly one program and no reduction follows."""
+    so every column of z is written by exactly one program and no reduction follows.
+
+    TILE_LEFT computes z^T = tile @ y^T instead: the stacked tile ([16 GROUPS, WIDTH]) is then the
+    register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
+    the loop-invariant y^T the other; otherwise the [BLOCK_M, WIDTH] x [WIDTH, 16 GROUPS] product
+    has an N of 16 per group and a tile to stage through shared memory on every step."""
     window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
     offs_q = tl.arange(0, WIDTH)
     y = tl.load(y_ptr + offs_m[:, None] * stride_ym + _window_columns(offs_q, window, windows)[None, :] * stride_yk,
                 mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :], other=0.0)
-    # The y tile is loop-invariant: split it once.
+    # The y tile is loop-invariant: split (and transpose) it once.
     if FP32_PASSES > 0:
         hi, mid, lo = split_bf16x3(y)
         hi = hi.to(DOT_DTYPE)
@@ -226,16 +231,29 @@ def sparse_jl_windowed_transpose_kernel(
         hi = y.to(DOT_DTYPE)
         mid = hi
         lo = hi
+    if TILE_LEFT:
+        hi = tl.trans(hi)
+        mid = tl.trans(mid)
+        lo = tl.trans(lo)
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
     for group in range(g_begin, g_end, GROUPS):
-        cols, mask_d, tile_t = _stacked_tiles(words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
-                                              column_offset, d, offs_q, NNZ, GROUPS, True)
-        tile_t = tile_t.to(DOT_DTYPE)
-        z = tl.dot(hi, tile_t)
-        if FP32_PASSES >= 2:
-            z = tl.dot(mid, tile_t, z)
-        if FP32_PASSES >= 3:
-            z = tl.dot(lo, tile_t, z)
-        tl.store(z_ptr + offs_m[:, None] * stride_zm + cols[None, :] * stride_zd,
-                 (z * scale).to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+        cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
+                                            column_offset, d, offs_q, NNZ, GROUPS, not TILE_LEFT)
+        tile = tile.to(DOT_DTYPE)
+        if TILE_LEFT:
+            z = tl.dot(tile, hi)
+            if FP32_PASSES >= 2:
+                z = tl.dot(tile, mid, z)
+            if FP32_PASSES >= 3:
+                z = tl.dot(tile, lo, z)
+            tl.store(z_ptr + offs_m[None, :] * stride_zm + cols[:, None] * stride_zd,
+                     (z * scale).to(z_ptr.dtype.element_ty), mask=mask_m[None, :] & mask_d[:, None])
+        else:
+            z = tl.dot(hi, tile)
+            if FP32_PASSES >= 2:
+                z = tl.dot(mid, tile, z)
+            if FP32_PASSES >= 3:
+                z = tl.dot(lo, tile, z)
+            tl.store(z_ptr + offs_m[:, None] * stride_zm + cols[None, :] * stride_zd,
+                     (z * scale).to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])

@@ -62,7 +62,8 @@ def _variants():
                    {**const, "GROUPS": groups, "UNROLL": unroll})
             yield ("sparse_jl_windowed_transpose_kernel",
                    {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
-                    "stride_zm": I64, "stride_zd": I32}, {**const, "GROUPS": windowed._TRANSPOSE_GROUPS})
+                    "stride_zm": I64, "stride_zd": I32}, {**const, "GROUPS": windowed._TRANSPOSE_GROUPS,
+                                                      "TILE_LEFT": windowed._TRANSPOSE_TILE_LEFT})
     for nnz in (8, 3, 1):
         const = {"NNZ": nnz, "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
                  "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}

@@ -78,15 +78,17 @@ def test_windowed_forward_steps_match_reference(kernel_device, rng, steps, dtype
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("tile_left", [False, True])
 @pytest.mark.parametrize("groups", [1, 2, 4])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_windowed_transpose_groups_match_reference(kernel_device, rng, groups, splits):
-    """Several groups' chunks per transpose dot, with group counts and splits no step divides."""
+def test_windowed_transpose_groups_match_reference(kernel_device, rng, groups, splits, tile_left):
+    """Several groups' chunks per transpose dot, as z or z^T, with group counts and splits no step
+    divides."""
     n, d, k, nnz, offset, seed = 21, 1203, 512, 8, 2**33 + 9, 2**62 + 7
     y = torch.randn(n, k, generator=rng)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
     got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset,
-                             Tiling(splits=splits, steps=(groups,)))
+                             Tiling(splits=splits, steps=(groups, tile_left)))
     assert _relative_error(got, want) <= TOLERANCE[torch.float32]
 
 

@@ -91,8 +91,10 @@ def _forward_steps(dtype: torch.dtype, nnz: int, block_m: int) -> tuple[int, int
     return 4, 1, 3 if block_m >= 64 else 1
 
 
-#: Groups whose chunks one transpose dot writes (its N is 16 * this).
+#: Groups whose chunks one transpose dot writes, and whether the stacked tile is its left operand
+#: (the dot then computes z^T; see the kernel).
 _TRANSPOSE_GROUPS = 1
+_TRANSPOSE_TILE_LEFT = False
 
 
 def _num_warps(block_m: int) -> int:
@@ -153,12 +155,15 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
     block_m, width, tiles, splits, per_split = _grid(y, nnz, tables, tiling.splits, summed=False)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
     fp32_passes, dot_type = dot_config(y.dtype)
+    steps = tiling.steps or (_TRANSPOSE_GROUPS,)  # (groups per dot[, tile on the left])
+    groups_per_dot = steps[0]
+    tile_left = bool(steps[1]) if len(steps) > 1 else _TRANSPOSE_TILE_LEFT
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
         y, tables.words, tables.rotations, z, n, in_features, column_offset, tables.group_base,
         tables.groups, per_split, tables.windows, 1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        GROUPS=(tiling.steps or (_TRANSPOSE_GROUPS,))[0], num_warps=tiling.num_warps or _num_warps(block_m),
+        GROUPS=groups_per_dot, TILE_LEFT=tile_left, num_warps=tiling.num_warps or _num_warps(block_m),
         **({"num_stages": tiling.num_stages} if tiling.num_stages else {}),
     )
     return z
