@@ -91,10 +91,12 @@ def _forward_steps(dtype: torch.dtype, nnz: int, block_m: int) -> tuple[int, int
     return 4, 1, 3 if block_m >= 64 else 1
 
 
-#: Groups whose chunks one transpose dot writes, and whether the stacked tile is its left operand
-#: (the dot then computes z^T; see the kernel).
-_TRANSPOSE_GROUPS = 1
-_TRANSPOSE_TILE_LEFT = False
+#: The transpose's step: four groups' chunks per dot, computed as z^T = tile @ y^T so that the
+#: stacked tile is a 64-row register operand, without software pipelining. H100 sweep
+#: (benchmarks/RESULTS.md): 1.4-2.3x faster than one group per dot as z = y @ tile^T.
+_TRANSPOSE_GROUPS = 4
+_TRANSPOSE_TILE_LEFT = True
+_TRANSPOSE_STAGES = 1
 
 
 def _num_warps(block_m: int) -> int:
@@ -164,6 +166,6 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
         GROUPS=groups_per_dot, TILE_LEFT=tile_left, num_warps=tiling.num_warps or _num_warps(block_m),
-        **({"num_stages": tiling.num_stages} if tiling.num_stages else {}),
+        num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
     return z
