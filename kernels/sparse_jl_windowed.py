@@ -1,4 +1,5 @@
-"""Windowed sparse JL kernels: Y = X S^T and Z = Y S when S has the windowed layout (spec v3).
+"""Windowed sparse JL kernels: Y = X S^T and Z = Y S when S has the windowed layout (spec v3; v4
+changed only the default nnz).
 
 Layout (``docs/spec.md``): k = 16 * A * nnz rows, nnz blocks of A windows of 16 rows. Input columns
 come in chunks of 16; chunk c = g*A + p of group g goes to window (p + R_g) mod A of every block,
@@ -12,6 +13,11 @@ multiplies it by a 16 x 16*nnz signed permutation tile. Tensor-core work per inp
 2 * 16 * nnz flops whatever k is, where a one-hot over all of k costs 2k. Each group of A
 neighbouring chunks is split among the A programs of a row tile, so together they read X's rows
 whole.
+
+Each loop step takes the chunks of several groups at once (``_stacked_tiles``): the forward as one
+dot of depth 16 * GROUPS (or two unrolled dots), the transpose as z^T = tile @ y^T, whose tile of
+four groups is a 64-row operand. One chunk per step left both latency-bound (benchmarks/NOTES.md,
+design 4).
 
 The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and
 4 * nnz / 16 bytes per input column; the projection kernels only load them.
