@@ -93,7 +93,7 @@ def _forward_steps(dtype: torch.dtype, nnz: int, block_m: int) -> tuple[int, int
 
 #: The transpose's step: four groups' chunks per dot, computed as z^T = tile @ y^T so that the
 #: stacked tile is a 64-row register operand, without software pipelining. H100 sweep
-#: (benchmarks/RESULTS.md): 1.4-2.3x faster than one group per dot as z = y @ tile^T.
+#: (benchmarks/RESULTS.md): 1.35-2.3x faster than one group per dot as z = y @ tile^T.
 _TRANSPOSE_GROUPS = 4
 _TRANSPOSE_TILE_LEFT = True
 _TRANSPOSE_STAGES = 1
