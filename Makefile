@@ -38,7 +38,7 @@ gpu-test:
 bench-gpu:
 	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(PYTHON) -c "import sjlt.kernels"
-	$(PYTHON) benchmarks/bench_gpu.py --out benchmarks/RESULTS.md
+	$(PYTHON) benchmarks/bench_gpu.py --out benchmarks/bench_gpu_latest.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

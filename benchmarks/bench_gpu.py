@@ -1,6 +1,8 @@
 """GPU benchmark of the SJLT and seeded dropout against the copy roofline and their peers.
 
-    python benchmarks/bench_gpu.py --out benchmarks/RESULTS.md     (or: make bench-gpu)
+    python benchmarks/bench_gpu.py [--sections sjlt,transpose] [--out FILE]     (or: make bench-gpu)
+
+RESULTS.md holds curated sections from several scripts: splice this script's tables into it.
 
 Times are medians of triton.testing.do_bench after warm-up, on random data. The roofline is the
 bytes an op must move (read input once, write output once) divided by the device-to-device copy
@@ -23,7 +25,7 @@ from triton.testing import do_bench
 import sjlt
 from sjlt import functional as F
 from sjlt import reference, spec
-from sjlt.ops import classic
+from sjlt.ops import classic, windowed
 
 SJLT_SHAPES = [  # (n, d, k): issue 12's shapes
     (2**20, 1024, 64), (2**20, 1024, 256), (2**20, 1024, 1024),
@@ -66,7 +68,7 @@ def tensor_core_floor_ms(n: int, d: int, k: int, nnz: int, tflops: float) -> flo
     passes, at the measured bf16 GEMM rate. None for the classic layout."""
     if not spec.is_windowed(k, nnz):
         return None
-    width = spec.WINDOW * (1 << (nnz - 1).bit_length())
+    width = windowed._width(nnz)
     return n * d * 2 * width * 3 / (tflops * 1e12) * 1e3
 
 
@@ -228,7 +230,7 @@ def main(argv=None) -> int:
         f"- torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}, sjlt {sjlt.__version__}, spec v{sjlt.SPEC_VERSION}",
         f"- measured device-to-device copy bandwidth (read + write): {bw / 1e9:.0f} GB/s",
         f"- first call in this process (Triton compile or cache load): {first_ms:.0f} ms",
-        f"- command: `python benchmarks/bench_gpu.py --out benchmarks/RESULTS.md`", "",
+        f"- command: `python benchmarks/bench_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`", "",
     ]
     print("\n".join(lines), flush=True)
     tflops = tensor_core_rate()

@@ -58,8 +58,9 @@ def forward_output(n: int, k: int, splits: int, x: torch.Tensor):
 class Tiling(NamedTuple):
     """Overrides of a launcher's tiling heuristics, for tests and benchmark sweeps only; a result's
     value never depends on them beyond float rounding. ``blocks``: (BLOCK_M, BLOCK_N, BLOCK_D) for
-    the classic layout, (BLOCK_M,) for the windowed one; ``num_stages`` and ``steps`` (groups per
-    dot, dots per loop step; the transpose takes the first): the windowed kernels only."""
+    the classic layout, (BLOCK_M,) for the windowed one; ``num_stages`` and ``steps``: the windowed
+    kernels only, ``steps`` being (groups per dot, dots per loop step) for the forward and (groups
+    per dot[, stacked tile as the left operand]) for the transpose."""
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None

@@ -71,7 +71,7 @@ def _block_m(n: int, width: int, summed: bool) -> int:
     """Rows per program: the accumulator is BLOCK_M x width float32, at most 64 KiB of registers
     in the forward (``summed``) and 32 KiB in the transpose, which also holds the y tile and its
     split (H100 sweep, benchmarks/RESULTS.md: at nnz 16 the forward runs 1.2-1.6x faster with 64
-    rows than with 32, the transpose 1.1x slower)."""
+    rows than with 32; the transpose, with its previous step, 1.1x slower: not re-swept since)."""
     if triton_interpreting():
         return 16
     rows = 64 if n > 32 else 32 if n > 16 else 16
