@@ -105,11 +105,30 @@ def dot_exact(a, b, acc, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _sum_one_hot_steps(acc, x_ptr, table_ptr, d_begin, d_end, d, offs_m, mask_m, offs_o, t_first, t_last,
+                       stride_xm, stride_xd, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """acc + x[:, d_begin:d_end] @ (the one-hot tile of S for these columns and output columns)."""
+    for d0 in range(d_begin, d_end, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        mask_d = offs_d < d_end
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd,
+                    mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+        one_hot = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
+        for t in range(t_first, t_last + 1):
+            packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
+            row, sign = unpack_row_and_sign(packed)
+            one_hot += tl.where(row[:, None] == offs_o[None, :], sign[:, None], 0.0)
+        acc = dot_exact(x, one_hot, acc, FP32_PASSES, DOT_DTYPE)
+    return acc
+
+
+@triton.jit
 def sparse_jl_forward_kernel(
     x_ptr, table_ptr, out_ptr, n, d, k, nnz, scale,
     stride_xm, stride_xd, stride_om, stride_ok, stride_split, cols_per_split,
     FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PROMOTE_EVERY: tl.constexpr,
 ):
     """out[split, m, o] = scale * sum over this split's columns j of x[m, j] * sign * [row == o].
 
@@ -130,17 +149,15 @@ def sparse_jl_forward_kernel(
     d_begin = pid_s.to(tl.int64) * cols_per_split
     d_end = tl.minimum(d_begin + cols_per_split, d)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for d0 in range(d_begin, d_end, BLOCK_D):
-        offs_d = d0 + tl.arange(0, BLOCK_D)
-        mask_d = offs_d < d_end
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd,
-                    mask=mask_m[:, None] & mask_d[None, :], other=0.0)
-        one_hot = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
-        for t in range(t_first, t_last + 1):
-            packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
-            row, sign = unpack_row_and_sign(packed)
-            one_hot += tl.where(row[:, None] == offs_o[None, :], sign[:, None], 0.0)
-        acc = dot_exact(x, one_hot, acc, FP32_PASSES, DOT_DTYPE)
+    if PROMOTE_EVERY == 0:
+        acc = _sum_one_hot_steps(acc, x_ptr, table_ptr, d_begin, d_end, d, offs_m, mask_m, offs_o,
+                                 t_first, t_last, stride_xm, stride_xd, FP32_PASSES, DOT_DTYPE, BLOCK_N, BLOCK_D)
+    else:  # runs of steps summed apart and added rounding to nearest, as the windowed forward does
+        for first in range(d_begin, d_end, BLOCK_D * PROMOTE_EVERY):
+            acc += _sum_one_hot_steps(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), x_ptr, table_ptr, first,
+                                      tl.minimum(first + BLOCK_D * PROMOTE_EVERY, d_end), d, offs_m, mask_m,
+                                      offs_o, t_first, t_last, stride_xm, stride_xd, FP32_PASSES, DOT_DTYPE,
+                                      BLOCK_N, BLOCK_D)
     out = acc * scale
     out_ptrs = out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + offs_o[None, :] * stride_ok
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & (offs_o[None, :] < k))

@@ -173,25 +173,12 @@ def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window,
 
 
 @triton.jit
-def sparse_jl_windowed_forward_kernel(
-    x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
-    groups_per_split, windows, scale,
-    stride_xm, stride_xd, stride_om, stride_ok, stride_split,
-    NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr, UNROLL: tl.constexpr,
-):
-    """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A,
-    splits); A is the fastest axis so the programs sharing a row tile run together. WIDTH is
-    16 * NNZ rounded up to a power of two. Each step takes GROUPS groups in one dot and UNROLL
-    (1 or 2) such dots, whose loads are all issued first: a lone 16-column chunk per step left the
-    kernel latency-bound (benchmarks/NOTES.md). With one split ``out`` is Y; otherwise a float32
-    workspace the caller sums in a fixed order."""
-    window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
-    offs_q = tl.arange(0, WIDTH)
-    acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
-    g_begin = pid_s * groups_per_split
-    g_end = tl.minimum(g_begin + groups_per_split, groups)
-    for group in range(g_begin, g_end, GROUPS * UNROLL):
+def _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base,
+               column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ: tl.constexpr,
+               FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, GROUPS: tl.constexpr, UNROLL: tl.constexpr):
+    """acc + the products of the chunks at ``window`` of groups [first_group, g_end), GROUPS groups
+    per dot and UNROLL dots per step, whose loads are all issued first."""
+    for group in range(first_group, g_end, GROUPS * UNROLL):
         x, tile = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
                                   column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ, GROUPS)
         if UNROLL == 2:
@@ -201,6 +188,44 @@ def sparse_jl_windowed_forward_kernel(
         acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
         if UNROLL == 2:
             acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
+    return acc
+
+
+@triton.jit
+def sparse_jl_windowed_forward_kernel(
+    x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
+    groups_per_split, windows, scale,
+    stride_xm, stride_xd, stride_om, stride_ok, stride_split,
+    NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr, UNROLL: tl.constexpr,
+    PROMOTE_EVERY: tl.constexpr,
+):
+    """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A,
+    splits); A is the fastest axis so the programs sharing a row tile run together. WIDTH is
+    16 * NNZ rounded up to a power of two. Each step takes GROUPS groups in one dot and UNROLL
+    (1 or 2) such dots: a lone 16-column chunk per step left the kernel latency-bound
+    (benchmarks/NOTES.md). With one split ``out`` is Y; otherwise a float32 workspace the caller
+    sums in a fixed order.
+
+    PROMOTE_EVERY > 0 sums runs of that many steps in a fresh tensor-core accumulator and adds each
+    run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
+    truncates, so over thousands of steps into one accumulator its error grows to 1.6e-5 of the
+    output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
+    window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
+    offs_q = tl.arange(0, WIDTH)
+    acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
+    g_begin = pid_s * groups_per_split
+    g_end = tl.minimum(g_begin + groups_per_split, groups)
+    if PROMOTE_EVERY == 0:
+        acc = _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, g_begin, g_end, window, windows, group_base,
+                         column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ, FP32_PASSES,
+                         DOT_DTYPE, GROUPS, UNROLL)
+    else:
+        for first in range(g_begin, g_end, GROUPS * UNROLL * PROMOTE_EVERY):
+            run_end = tl.minimum(first + GROUPS * UNROLL * PROMOTE_EVERY, g_end)
+            acc += _sum_steps(tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32), x_ptr, words_ptr, rotations_ptr,
+                              first, run_end, window, windows, group_base, column_offset, d, offs_m, mask_m,
+                              offs_q, stride_xm, stride_xd, NNZ, FP32_PASSES, DOT_DTYPE, GROUPS, UNROLL)
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
                 + _window_columns(offs_q, window, windows)[None, :] * stride_ok)
     tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty),

@@ -9,6 +9,10 @@
   agree only to float tolerance.
 - ``dense_cache_bytes`` (default 64 MiB): the byte budget of the cache of dense sign matrices the
   dense algorithm multiplies; 0 turns that algorithm off, so every GPU projection runs the kernel.
+- ``workspace_bytes`` (default 256 MiB): the most a forward projection may allocate for the float32
+  partial sums of its d-splits (splits x n x k x 4 bytes), which let few rows with a long d fill
+  the GPU. A smaller budget means fewer splits: less memory, less parallelism. Results are
+  bitwise reproducible for a given budget (the split count sets the order of the sums).
 
 float32 accuracy follows ``torch.get_float32_matmul_precision()``, as ``torch.matmul`` does:
 "highest" (torch's default) is exact float32, "high" and "medium" keep 16 and 8 mantissa bits of
@@ -20,3 +24,4 @@ from __future__ import annotations
 deterministic: bool = True
 benchmark: bool = False
 dense_cache_bytes: int = 64 << 20
+workspace_bytes: int = 256 << 20

@@ -21,6 +21,7 @@ def _variants():
 
     from sjlt import spec
     from sjlt.ops import windowed
+    from sjlt.ops._launch import Tiling, promote_every
 
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -29,6 +30,7 @@ def _variants():
         for key_type in (I32, I64, "one"):
             const = {"DOMAIN": spec.DOMAIN_SPARSE_JL, "FP32_PASSES": passes, "DOT_DTYPE": dot,
                      "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 64}
+            promote = promote_every(passes, 1000, Tiling())
             key = I32
             if key_type == "one":  # the compiler turns integer arguments equal to 1 into constants
                 const.update(nnz=1)
@@ -38,7 +40,8 @@ def _variants():
             const.pop("DOMAIN")
             yield ("sparse_jl_forward_kernel",
                    {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
-                    "stride_om": I64, "stride_ok": I32, "stride_split": I64, "cols_per_split": I64}, const)
+                    "stride_om": I64, "stride_ok": I32, "stride_split": I64, "cols_per_split": I64},
+                   {**const, "PROMOTE_EVERY": promote})
             yield ("sparse_jl_transpose_kernel",
                    {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
                     "stride_zm": I64, "stride_zd": I32}, const)
@@ -49,7 +52,7 @@ def _variants():
                                              "column_offset": I64, "key0": key, "key1": key}, hash_const)
     for dtype, passes, dot in [("fp32", 3, tl.bfloat16), ("fp32", 2, tl.bfloat16), ("fp32", 1, tl.bfloat16),
                                ("bf16", 0, tl.bfloat16), ("fp16", 0, tl.float16)]:
-        for nnz, width, block_m in [(16, 256, 64), (8, 128, 128), (3, 64, 32), (1, 16, 16)]:
+        for nnz, width, block_m in [(32, 512, 32), (16, 256, 64), (8, 128, 128), (3, 64, 32), (1, 16, 16)]:
             const = {"NNZ": nnz, "FP32_PASSES": passes, "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": width}
             common = {"words_ptr": "*i32", "rotations_ptr": "*i32", "n": I32, "d": I64, "column_offset": I64,
                       "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
@@ -59,7 +62,7 @@ def _variants():
             yield ("sparse_jl_windowed_forward_kernel",
                    {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
                     "stride_om": I64, "stride_ok": I32, "stride_split": I64},
-                   {**const, "GROUPS": groups, "UNROLL": unroll})
+                   {**const, "GROUPS": groups, "UNROLL": unroll, "PROMOTE_EVERY": promote_every(passes, 1000, Tiling())})
             yield ("sparse_jl_windowed_transpose_kernel",
                    {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
                     "stride_zm": I64, "stride_zd": I32}, {**const, "GROUPS": windowed._TRANSPOSE_GROUPS,

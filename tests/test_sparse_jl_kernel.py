@@ -78,6 +78,22 @@ def test_windowed_forward_steps_match_reference(kernel_device, rng, steps, dtype
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("promote_every", [0, 1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k,nnz,steps", [(96, 8, None), (512, 8, (1, 2)), (4096, 16, (4, 1))])
+def test_forward_promotion_matches_reference(kernel_device, rng, k, nnz, steps, dtype, promote_every):
+    """Runs of steps summed in a fresh accumulator and added to the total (exact float32's
+    default), runs of one step, or one accumulator: both layouts, unrolled and stacked steps, runs
+    that d does not divide."""
+    n, d, offset, seed = 19, 2100, 2**33 + 9, 2**62 + 7
+    x = torch.randn(n, d, generator=rng).to(dtype)
+    want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
+    layout = windowed if spec.is_windowed(k, nnz) else classic
+    tiling = Tiling(steps=steps, promote_every=promote_every)
+    got = layout.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, tiling)
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize("tile_left", [False, True])
 @pytest.mark.parametrize("groups", [1, 2, 4])
 @pytest.mark.parametrize("splits", [1, 3])
@@ -175,6 +191,39 @@ def test_algorithm_rule(monkeypatch):
     assert pick(2**20, 1024, 256, torch.float64) == choice.KERNEL
     monkeypatch.setattr(backends, "dense_cache_bytes", 0)
     assert pick(64, 1024, 256, torch.float32) == choice.KERNEL  # the dense algorithm turned off
+
+
+def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
+    """Forward d-splits fill the SMs, but their float32 partials never exceed
+    sjlt.backends.workspace_bytes; the transpose's splits write Z directly and are not bounded."""
+    from sjlt import backends
+    from sjlt.ops import _launch
+
+    monkeypatch.setattr(_launch, "multiprocessor_count", lambda index: 132)
+    cuda = torch.device("cuda", 0)
+    n, k = 32, 4096
+    partial = n * k * 4  # 512 KiB per split
+    summed = (n * 2**24 * 4, partial)
+    assert _launch.splits_to_fill(64, 4096, 8, cuda, summed) == 17  # 8 * 132 / 64 programs
+    monkeypatch.setattr(backends, "workspace_bytes", 4 * partial + 1)
+    assert _launch.splits_to_fill(64, 4096, 8, cuda, summed) == 4
+    monkeypatch.setattr(backends, "workspace_bytes", 0)
+    assert _launch.splits_to_fill(64, 4096, 8, cuda, summed) == 1
+    assert _launch.splits_to_fill(64, 4096, 8, cuda) == 17
+    assert _launch.splits_to_fill(64, 4096, 8, cuda, (_launch._SPLIT_MIN_BYTES - 1, 4)) == 1  # launch-bound
+    assert _launch.splits_to_fill(64, 4096, 8, torch.device("cpu"), summed) == 1
+
+
+def test_promotion_rule():
+    """Exact float32 adds runs of PROMOTE_EVERY steps apart once a program has more steps than that;
+    other modes and half types keep one accumulator; a Tiling overrides."""
+    from sjlt.ops._launch import PROMOTE_EVERY, promote_every
+
+    assert promote_every(3, PROMOTE_EVERY, Tiling()) == 0
+    assert promote_every(3, PROMOTE_EVERY + 1, Tiling()) == PROMOTE_EVERY
+    assert promote_every(2, 10**6, Tiling()) == promote_every(0, 10**6, Tiling()) == 0
+    assert promote_every(3, 10**6, Tiling(promote_every=0)) == 0
+    assert promote_every(0, 1, Tiling(promote_every=3)) == 3
 
 
 class _FakeCuda:

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from .. import _buffers
+from .. import _buffers, backends
 from .._dtypes import TORCH_FLOAT_DTYPES
 from .._backend import dot_dtype, multiprocessor_count
 
@@ -34,12 +34,19 @@ _SPLIT_MIN_BYTES = 1 << 22
 
 
 def splits_to_fill(programs: int, max_splits: int, per_sm: int, device: torch.device,
-                   summed_bytes: int | None = None) -> int:
+                   summed: tuple[int, int] | None = None) -> int:
     """Splits of the work over d that bring ``programs`` up to ``per_sm`` programs per SM, at most
-    ``max_splits``. ``summed_bytes``: the input size, when the splits produce partials that a
-    second launch sums (the forward); below _SPLIT_MIN_BYTES that launch costs more than it saves."""
-    if device.type != "cuda" or (summed_bytes is not None and summed_bytes < _SPLIT_MIN_BYTES):
+    ``max_splits``. ``summed``: (input bytes, bytes of one split's float32 partial) when the splits
+    produce partials that a second launch sums (the forward). Below _SPLIT_MIN_BYTES of input that
+    launch costs more than it saves, and all partials together stay within
+    ``sjlt.backends.workspace_bytes``."""
+    if device.type != "cuda":
         return 1
+    if summed is not None:
+        input_bytes, partial_bytes = summed
+        if input_bytes < _SPLIT_MIN_BYTES:
+            return 1
+        max_splits = min(max_splits, backends.workspace_bytes // max(1, partial_bytes))
     index = device.index if device.index is not None else torch.cuda.current_device()
     target = per_sm * multiprocessor_count(index)
     if programs >= target:
@@ -60,12 +67,33 @@ class Tiling(NamedTuple):
     value never depends on them beyond float rounding. ``blocks``: (BLOCK_M, BLOCK_N, BLOCK_D) for
     the classic layout, (BLOCK_M,) for the windowed one; ``num_stages`` and ``steps``: the windowed
     kernels only, ``steps`` being (groups per dot, dots per loop step) for the forward and (groups
-    per dot[, stacked tile as the left operand]) for the transpose."""
+    per dot[, stacked tile as the left operand]) for the transpose; ``promote_every``: the
+    forwards' steps per separately rounded run (:func:`promote_every`)."""
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None
     num_stages: int | None = None
     steps: tuple | None = None
+    promote_every: int | None = None
+
+
+#: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run
+#: to the total on the CUDA cores (round to nearest). The tensor cores' float32 accumulation
+#: truncates, so its error grows with the steps summed into one accumulator: up to 64 steps exact
+#: float32 stayed within 4.5e-6 of float64 on an H100, but 171 and 512 steps reached 1.2e-5 and
+#: 1.6e-5, over the 1e-5 bar. Runs of 64 bring those to 4-5e-6 at 0-5% more time; shorter runs
+#: are more accurate but slower (1 step: 1.5-2x), and the nested loop costs 1.5x where a program
+#: has few steps, hence runs only past 64 steps (benchmarks/NOTES.md, design 5).
+PROMOTE_EVERY = 64
+
+
+def promote_every(fp32_passes: int, steps: int, tiling: Tiling) -> int:
+    """The PROMOTE_EVERY constexpr of a forward kernel whose programs take ``steps`` loop steps:
+    runs for exact float32 past PROMOTE_EVERY steps, else 0 (one accumulator). "high", "medium"
+    and half types round to far fewer bits than the truncation costs."""
+    if tiling.promote_every is not None:
+        return tiling.promote_every
+    return PROMOTE_EVERY if fp32_passes == 3 and steps > PROMOTE_EVERY else 0
 
 
 def sum_splits(out: torch.Tensor, splits: int, dtype: torch.dtype) -> torch.Tensor:

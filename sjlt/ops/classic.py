@@ -7,7 +7,7 @@ import torch
 
 from .. import _buffers, spec
 from .._backend import triton_interpreting
-from ._launch import Tiling, dot_config, forward_output, splits_to_fill, sum_splits
+from ._launch import Tiling, dot_config, forward_output, promote_every, splits_to_fill, sum_splits
 
 
 def _block_sizes(n: int):
@@ -39,7 +39,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
     splits = tiling.splits
     if splits is None:  # 4 programs per SM
         splits = splits_to_fill(math.ceil(n / block_m) * math.ceil(k / block_n), math.ceil(d / (8 * block_d)), 4,
-                                x.device, x.numel() * x.element_size())
+                                x.device, (x.numel() * x.element_size(), n * k * 4))
     cols_per_split = math.ceil(math.ceil(d / splits) / block_d) * block_d
     splits = math.ceil(d / cols_per_split)
     fp32_passes, dot_type = dot_config(x.dtype)
@@ -49,7 +49,9 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         x, table, out, n, d, k, nnz, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split, cols_per_split,
         FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=tiling.num_warps or _num_warps(x.dtype),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        PROMOTE_EVERY=promote_every(fp32_passes, cols_per_split // block_d, tiling),
+        num_warps=tiling.num_warps or _num_warps(x.dtype),
     )
     return sum_splits(out, splits, x.dtype)
 

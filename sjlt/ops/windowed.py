@@ -8,7 +8,7 @@ import torch
 
 from .. import _buffers, spec
 from .._backend import triton_interpreting
-from ._launch import Tiling, dot_config, forward_output, splits_to_fill, sum_splits
+from ._launch import Tiling, dot_config, forward_output, promote_every, splits_to_fill, sum_splits
 
 
 class WindowTables(NamedTuple):
@@ -67,28 +67,33 @@ def _width(nnz: int) -> int:
     return spec.WINDOW * (1 << (nnz - 1).bit_length())
 
 
-def _block_m(n: int, width: int, summed: bool) -> int:
-    """Rows per program: the accumulator is BLOCK_M x width float32, at most 64 KiB of registers
-    in the forward (``summed``) and 32 KiB in the transpose, which also holds the y tile and its
-    split (H100 sweep, benchmarks/RESULTS.md: at nnz 16 the forward runs 1.2-1.6x faster with 64
-    rows than with 32; the transpose, with its previous step, 1.1x slower: not re-swept since)."""
+def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
+    """Rows per program: the accumulator (the forward's Y tile, the transpose's y tile) is
+    BLOCK_M x width float32, at most 64 KiB of registers; 32 KiB in a float32 transpose, which also
+    holds the y tile's three-way split. H100 sweeps (benchmarks/RESULTS.md): at nnz 16 the forward
+    runs 1.2-1.6x faster with 64 rows than with 32, and 128 rows with 8 warps gain nothing; the
+    bfloat16 transpose runs 1.3-1.7x faster with 64 rows (and 4 warps) than with 32 at n >= 1024,
+    the float32 one 1.15x slower."""
     if triton_interpreting():
         return 16
     rows = 64 if n > 32 else 32 if n > 16 else 16
-    return max(16, min(rows, (64 * (256 if summed else 128)) // width))
+    return max(16, min(rows, (32 if float32_transpose else 64) * 256 // width))
 
 
 def _forward_steps(dtype: torch.dtype, nnz: int, block_m: int) -> tuple[int, int, int]:
     """(groups per dot, dots per loop step, pipeline stages) of the forward, from the H100 sweep
     (``python benchmarks/sweep_windowed.py``, benchmarks/RESULTS.md): half types run fastest with
     four groups in one dot and no software pipelining; float32, whose three-pass split already
-    fills the step, with two one-group dots at nnz <= 8 and one four-group dot above, pipelined
-    when a program has 64 rows (with 32 rows and two warps, pipelining it ran 3x slower)."""
+    fills the step, with two one-group dots at nnz <= 8 and one four-group dot up to 16, pipelined
+    when a program has 64 rows (with 32 rows and two warps, pipelining it ran 3x slower). Beyond
+    nnz 16 (WIDTH 512) a four-group tile spills: 24-26x slower than the steps below."""
     if dtype != torch.float32:
-        return 4, 1, 1
+        return (4, 1, 1) if nnz <= 16 else (2, 1, 1)
     if nnz <= 8:
         return 1, 2, 3
-    return 4, 1, 3 if block_m >= 64 else 1
+    if nnz <= 16:
+        return 4, 1, 3 if block_m >= 64 else 1
+    return 1, 1, 3
 
 
 #: The transpose's step: four groups' chunks per dot, computed as z^T = tile @ y^T so that the
@@ -99,25 +104,27 @@ _TRANSPOSE_TILE_LEFT = True
 _TRANSPOSE_STAGES = 1
 
 
-def _num_warps(block_m: int) -> int:
-    # The H100 sweep in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
-    # by 5-20%; 32 rows run best with 2 warps.
-    return 4 if block_m >= 64 else 2
+def _num_warps(block_m: int, width: int, transpose: bool = False) -> int:
+    # The H100 sweeps in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
+    # by 5-20%; 32 rows run best with 2 warps, except the transpose at nnz 16, whose 32-row programs
+    # run 1.1-1.4x faster with 4 (and slower with 8 at any row count).
+    return 4 if block_m >= 64 or (transpose and width >= 256) else 2
 
 
 def _grid(x: torch.Tensor, nnz: int, tables: WindowTables, splits=None, block_m=None,
-                   summed: bool = True):
+          out_features: int | None = None):
     """(BLOCK_M, WIDTH, row tiles * A, splits, groups per split) for the (n, .) input ``x``;
-    ``summed``: whether splits produce partials to be summed (the forward)."""
+    ``out_features``: k for the forward, whose splits produce (n, k) partials to be summed."""
+    summed = out_features is not None
     n = x.shape[0]
     width = _width(nnz)
-    block_m = block_m or _block_m(n, width, summed)
+    block_m = block_m or _block_m(n, width, float32_transpose=not summed and x.dtype == torch.float32)
     tiles = math.ceil(n / block_m) * tables.windows
     if splits is None:
         # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
         # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
         splits = splits_to_fill(tiles, tables.groups // 16, 8, x.device,
-                                x.numel() * x.element_size() if summed else None)
+                                (x.numel() * x.element_size(), n * out_features * 4) if summed else None)
     per_split = math.ceil(tables.groups / splits)
     return block_m, width, tiles, math.ceil(tables.groups / per_split), per_split
 
@@ -131,7 +138,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
     n, d = x.shape
     tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
     block_m, width, tiles, splits, per_split = _grid(
-        x, nnz, tables, tiling.splits, tiling.blocks[0] if tiling.blocks else None)
+        x, nnz, tables, tiling.splits, tiling.blocks[0] if tiling.blocks else None, out_features)
     out, stride_split = forward_output(n, out_features, splits, x)
     fp32_passes, dot_type = dot_config(x.dtype)
     groups_per_dot, unroll, stages = _forward_steps(x.dtype, nnz, block_m)
@@ -141,7 +148,9 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         per_split, tables.windows, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        GROUPS=groups_per_dot, UNROLL=unroll, num_warps=tiling.num_warps or _num_warps(block_m),
+        GROUPS=groups_per_dot, UNROLL=unroll,
+        PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
+        num_warps=tiling.num_warps or _num_warps(block_m, width),
         num_stages=tiling.num_stages or stages,
     )
     return sum_splits(out, splits, x.dtype)
@@ -154,7 +163,8 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
 
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
-    block_m, width, tiles, splits, per_split = _grid(y, nnz, tables, tiling.splits, summed=False)
+    block_m, width, tiles, splits, per_split = _grid(y, nnz, tables, tiling.splits,
+                                                     tiling.blocks[0] if tiling.blocks else None)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
     fp32_passes, dot_type = dot_config(y.dtype)
     steps = tiling.steps or (_TRANSPOSE_GROUPS,)  # (groups per dot[, tile on the left])
@@ -165,7 +175,8 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
         tables.groups, per_split, tables.windows, 1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        GROUPS=groups_per_dot, TILE_LEFT=tile_left, num_warps=tiling.num_warps or _num_warps(block_m),
+        GROUPS=groups_per_dot, TILE_LEFT=tile_left,
+        num_warps=tiling.num_warps or _num_warps(block_m, width, transpose=True),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
     return z
