@@ -22,7 +22,7 @@ from sjlt import reference, spec
 from sjlt.metrics import distortion_percentile
 
 
-def project(x: torch.Tensor, k: int, nnz: int, seed: int, parts: int) -> torch.Tensor:
+def project(x: torch.Tensor, k: int, nnz: int, seed: int, parts: int, interleave: int = 1) -> torch.Tensor:
     d = x.shape[1]
     windows, block = spec.windows_per_block(k, nnz), k // nnz
     rows, negative = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz)
@@ -31,6 +31,14 @@ def project(x: torch.Tensor, k: int, nnz: int, seed: int, parts: int) -> torch.T
     group, position = chunk // windows, chunk % windows
     window = (rows[0] % block) // spec.WINDOW  # every block's window: (position + R_g) mod A
     rng = np.random.default_rng(seed + 12345)
+    if interleave > 1:  # chunk c of super-group c div (F A) joins its group (c mod F): F groups interleave
+        span = interleave * windows
+        group = (chunk // span) * interleave + chunk % interleave
+        position = (chunk % span) // interleave
+        rotation = torch.from_numpy(rng.integers(0, windows, size=int(group.max()) + 1))
+        moved = (position + rotation[group]) % windows
+        rows += ((moved - window) * spec.WINDOW)[None, :]
+        window = moved
     for part in range(1, parts):
         rotation = torch.from_numpy(rng.integers(0, windows, size=int(group.max()) + 1))
         moved = (position + rotation[group]) % windows
@@ -49,18 +57,22 @@ def main(argv=None) -> None:
     parser.add_argument("--nnz", type=int, default=16)
     parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--seeds", type=int, default=6)
+    parser.add_argument("--interleave", type=int, nargs="+", default=[1],
+                        help="F: groups made of every F-th chunk of a run of F * A chunks (1: the spec's)")
     args = parser.parse_args(argv)
     if not spec.is_windowed(args.k, args.nnz):
         parser.error(f"k = {args.k}, nnz = {args.nnz} is not a windowed layout")
     d = 4 * args.k
-    print("| k | d | nnz | rotations | data | sjlt / Gaussian |\n|---|---|---|---|---|---|")
+    print("| k | d | nnz | rotations | interleave | data | sjlt / Gaussian |\n|---|---|---|---|---|---|---|")
     for name in ("window64", "sparse8"):
         x = family(name, d, torch.Generator().manual_seed(2024))
         gaussian = gaussian_p99(x, args.k, args.seeds)
         for parts in args.parts:
-            ours = np.mean([distortion_percentile(x, project(x, args.k, args.nnz, s, parts), 99)
-                            for s in range(args.seeds)])
-            print(f"| {args.k} | {d} | {args.nnz} | {parts} | {name} | {ours / gaussian:.2f} |", flush=True)
+            for interleave in args.interleave:
+                ours = np.mean([distortion_percentile(x, project(x, args.k, args.nnz, s, parts, interleave), 99)
+                                for s in range(args.seeds)])
+                print(f"| {args.k} | {d} | {args.nnz} | {parts} | {interleave} | {name} | {ours / gaussian:.2f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -104,10 +104,14 @@ _TRANSPOSE_TILE_LEFT = True
 _TRANSPOSE_STAGES = 1
 
 
-def _num_warps(block_m: int, width: int, transpose: bool = False) -> int:
+def _num_warps(block_m: int, width: int, dtype: torch.dtype, transpose: bool = False) -> int:
     # The H100 sweeps in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
     # by 5-20%; 32 rows run best with 2 warps, except the transpose at nnz 16, whose 32-row programs
-    # run 1.1-1.4x faster with 4 (and slower with 8 at any row count).
+    # run 1.1-1.4x faster with 4 (and slower with 8 at any row count). The half-type forward at
+    # nnz 16 (253 registers a thread with 4 warps: 12.5% occupancy) runs 1-8% faster with 8 warps;
+    # float32 2-3x slower.
+    if not transpose and width >= 256 and block_m >= 64 and dtype != torch.float32:
+        return 8
     return 4 if block_m >= 64 or (transpose and width >= 256) else 2
 
 
@@ -150,7 +154,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
         GROUPS=groups_per_dot, UNROLL=unroll,
         PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
-        num_warps=tiling.num_warps or _num_warps(block_m, width),
+        num_warps=tiling.num_warps or _num_warps(block_m, width, x.dtype),
         num_stages=tiling.num_stages or stages,
     )
     return sum_splits(out, splits, x.dtype)
@@ -176,7 +180,7 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
         GROUPS=groups_per_dot, TILE_LEFT=tile_left,
-        num_warps=tiling.num_warps or _num_warps(block_m, width, transpose=True),
+        num_warps=tiling.num_warps or _num_warps(block_m, width, y.dtype, transpose=True),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
     return z
