@@ -38,6 +38,7 @@ def main(argv=None) -> int:
     parser.add_argument("--block-m", type=int, help="rows per program instead of the launcher's")
     parser.add_argument("--warps", type=int, help="warps per program instead of the launcher's")
     parser.add_argument("--min-k", type=int, default=0, help="only shapes with k >= this")
+    parser.add_argument("--max-n", type=int, help="only shapes with n <= this")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     src = torch.randn(2**28, device="cuda")
@@ -54,7 +55,8 @@ def main(argv=None) -> int:
     key = spec.philox_key(20261122)
     for direction in args.directions.split(","):
         for dtype in (torch.bfloat16, torch.float32):
-            for n, d, k in [shape for shape in SHAPES if shape[2] >= args.min_k]:
+            for n, d, k in [shape for shape in SHAPES
+                            if shape[2] >= args.min_k and shape[0] <= (args.max_n or shape[0])]:
                 for nnz in args.nnz:
                     nnz = nnz or spec.default_nnz(k)
                     if not spec.is_windowed(k, nnz) or (nnz != spec.default_nnz(k) and k < 4096):

@@ -52,7 +52,8 @@ def _variants():
                                              "column_offset": I64, "key0": key, "key1": key}, hash_const)
     for dtype, passes, dot in [("fp32", 3, tl.bfloat16), ("fp32", 2, tl.bfloat16), ("fp32", 1, tl.bfloat16),
                                ("bf16", 0, tl.bfloat16), ("fp16", 0, tl.float16)]:
-        for nnz, width, block_m in [(32, 512, 32), (16, 256, 64), (8, 128, 128), (3, 64, 32), (1, 16, 16)]:
+        for nnz, width, block_m in [(32, 512, 32), (16, 256, 64), (16, 256, 32), (8, 128, 128), (3, 64, 32),
+                                    (1, 16, 16)]:
             const = {"NNZ": nnz, "FP32_PASSES": passes, "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": width}
             common = {"words_ptr": "*i32", "rotations_ptr": "*i32", "n": I32, "d": I64, "column_offset": I64,
                       "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}

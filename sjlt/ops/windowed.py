@@ -84,15 +84,16 @@ def _forward_steps(dtype: torch.dtype, nnz: int, block_m: int) -> tuple[int, int
     """(groups per dot, dots per loop step, pipeline stages) of the forward, from the H100 sweep
     (``python benchmarks/sweep_windowed.py``, benchmarks/RESULTS.md): half types run fastest with
     four groups in one dot and no software pipelining; float32, whose three-pass split already
-    fills the step, with two one-group dots at nnz <= 8 and one four-group dot up to 16, pipelined
-    when a program has 64 rows (with 32 rows and two warps, pipelining it ran 3x slower). Beyond
-    nnz 16 (WIDTH 512) a four-group tile spills: 24-26x slower than the steps below."""
+    fills the step, with two one-group dots at nnz <= 8 and one four-group dot up to 16 when a
+    program has 64 rows (with 32 rows and two warps the four-group dot pipelined ran 3x slower, and
+    two one-group dots run fastest). Beyond nnz 16 (WIDTH 512) a four-group tile spills: 24-26x
+    slower than the steps below."""
     if dtype != torch.float32:
         return (4, 1, 1) if nnz <= 16 else (2, 1, 1)
     if nnz <= 8:
         return 1, 2, 3
-    if nnz <= 16:
-        return 4, 1, 3 if block_m >= 64 else 1
+    if nnz <= 16:  # 32-row programs (n <= 32): two one-group dots, 1.12x faster than four groups
+        return (4, 1, 3) if block_m >= 64 else (1, 2, 3)
     return 1, 1, 3
 
 
