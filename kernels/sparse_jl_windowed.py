@@ -91,13 +91,13 @@ def _window_chunk(rotations_ptr, group, window, windows):
 
 
 @triton.jit
-def _signed_permutation(words_ptr, table_chunk, offs_q, NNZ: tl.constexpr):
-    """For accumulator column q = 16t + u: the chunk column i* = u XOR m_t that lands there, and
-    its value +-1 (0 for the padding columns t >= NNZ)."""
+def _signed_permutation(words_ptr, table_chunk, offs_q, first_block, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """For accumulator column q = 16t + u (block first_block + t): the chunk column i* = u XOR m
+    that lands there, and its value +-1 (0 for the padding columns t >= BLOCKS)."""
     t = offs_q // WINDOW
     u = offs_q % WINDOW
-    valid = t < NNZ
-    word = tl.load(words_ptr + table_chunk * NNZ + t, mask=valid, other=0)
+    valid = t < BLOCKS
+    word = tl.load(words_ptr + table_chunk * NNZ + first_block + t, mask=valid, other=0)
     source = u ^ (word & (WINDOW - 1))
     negative = (word >> (16 + source)) & 1
     value = tl.where(valid, tl.where(negative != 0, -1.0, 1.0), 0.0)
@@ -105,22 +105,25 @@ def _signed_permutation(words_ptr, table_chunk, offs_q, NNZ: tl.constexpr):
 
 
 @triton.jit
-def _program_tile(n, windows, BLOCK_M: tl.constexpr):
-    """(window a, split, rows, row mask) of this program; grid axis 0 is row tile * A + a."""
+def _program_tile(n, windows, BLOCK_M: tl.constexpr, PARTS: tl.constexpr):
+    """(window a, part, split, rows, row mask) of this program; grid axis 0 is
+    (row tile * A + a) * PARTS + part, so the programs sharing a row tile run together."""
     pid = tl.program_id(0)
-    offs_m = (pid // windows).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    return pid % windows, tl.program_id(1), offs_m, offs_m < n
+    tile = pid // PARTS
+    offs_m = (tile // windows).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    return tile % windows, pid % PARTS, tl.program_id(1), offs_m, offs_m < n
 
 
 @triton.jit
-def _window_columns(offs_q, window, windows):
-    """Output column of accumulator column q = 16t + u: row u of window a in block t."""
-    return ((offs_q // WINDOW) * windows + window) * WINDOW + offs_q % WINDOW
+def _window_columns(offs_q, window, windows, first_block):
+    """Output column of accumulator column q = 16t + u: row u of window a in block first_block + t."""
+    return ((first_block + offs_q // WINDOW) * windows + window) * WINDOW + offs_q % WINDOW
 
 
 @triton.jit
 def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base, column_offset,
-                   d, offs_q, NNZ: tl.constexpr, GROUPS: tl.constexpr, TRANSPOSED: tl.constexpr):
+                   d, offs_q, first_block, NNZ: tl.constexpr, BLOCKS: tl.constexpr, GROUPS: tl.constexpr,
+                   TRANSPOSED: tl.constexpr):
     """The chunks at ``window`` of groups first_group .. first_group + GROUPS - 1, side by side:
     their 16 * GROUPS local columns, which of them exist (in [0, d), group before g_end), and
     their signed-permutation tiles stacked to match ([16 * GROUPS, WIDTH], or its transpose), so
@@ -131,7 +134,7 @@ def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows
     stacked = lanes // WINDOW
     last = g_end - 1
     chunk_0 = _window_chunk(rotations_ptr, tl.minimum(first_group, last), window, windows)
-    source_0, value_0 = _signed_permutation(words_ptr, chunk_0, offs_q, NNZ)
+    source_0, value_0 = _signed_permutation(words_ptr, chunk_0, offs_q, first_block, NNZ, BLOCKS)
     none = tl.zeros_like(stacked)
     chunk = chunk_0 + none.to(tl.int64)
     if TRANSPOSED:
@@ -142,7 +145,7 @@ def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows
         value = value_0[None, :] + none[:, None].to(tl.float32)
     for g in tl.static_range(1, GROUPS):
         chunk_g = _window_chunk(rotations_ptr, tl.minimum(first_group + g, last), window, windows)
-        source_g, value_g = _signed_permutation(words_ptr, chunk_g, offs_q, NNZ)
+        source_g, value_g = _signed_permutation(words_ptr, chunk_g, offs_q, first_block, NNZ, BLOCKS)
         chunk = tl.where(stacked == g, chunk_g, chunk)
         if TRANSPOSED:
             source = tl.where(stacked[None, :] == g, source_g[:, None], source)
@@ -161,12 +164,13 @@ def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows
 
 @triton.jit
 def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base,
-                    column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
-                    NNZ: tl.constexpr, GROUPS: tl.constexpr):
+                    column_offset, d, offs_m, mask_m, offs_q, first_block, stride_xm, stride_xd,
+                    NNZ: tl.constexpr, BLOCKS: tl.constexpr, GROUPS: tl.constexpr):
     """X's chunks at ``window`` of GROUPS groups ([BLOCK_M, 16 * GROUPS], zeros where they do not
     exist) and their stacked tile."""
     cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows,
-                                        group_base, column_offset, d, offs_q, NNZ, GROUPS, False)
+                                        group_base, column_offset, d, offs_q, first_block, NNZ, BLOCKS, GROUPS,
+                                        False)
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
                 mask=mask_m[:, None] & mask_d[None, :], other=0.0)
     return x, tile
@@ -174,17 +178,19 @@ def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window,
 
 @triton.jit
 def _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base,
-               column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ: tl.constexpr,
-               FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, GROUPS: tl.constexpr, UNROLL: tl.constexpr):
+               column_offset, d, offs_m, mask_m, offs_q, first_block, stride_xm, stride_xd, NNZ: tl.constexpr,
+               BLOCKS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, GROUPS: tl.constexpr,
+               UNROLL: tl.constexpr):
     """acc + the products of the chunks at ``window`` of groups [first_group, g_end), GROUPS groups
     per dot and UNROLL dots per step, whose loads are all issued first."""
     for group in range(first_group, g_end, GROUPS * UNROLL):
         x, tile = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
-                                  column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ, GROUPS)
+                                  column_offset, d, offs_m, mask_m, offs_q, first_block, stride_xm, stride_xd,
+                                  NNZ, BLOCKS, GROUPS)
         if UNROLL == 2:
             x_next, tile_next = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group + GROUPS, g_end, window,
                                                 windows, group_base, column_offset, d, offs_m, mask_m, offs_q,
-                                                stride_xm, stride_xd, NNZ, GROUPS)
+                                                first_block, stride_xm, stride_xd, NNZ, BLOCKS, GROUPS)
         acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
         if UNROLL == 2:
             acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
@@ -198,11 +204,13 @@ def sparse_jl_windowed_forward_kernel(
     stride_xm, stride_xd, stride_om, stride_ok, stride_split,
     NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr, UNROLL: tl.constexpr,
-    PROMOTE_EVERY: tl.constexpr,
+    PROMOTE_EVERY: tl.constexpr, PARTS: tl.constexpr,
 ):
-    """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A,
-    splits); A is the fastest axis so the programs sharing a row tile run together. WIDTH is
-    16 * NNZ rounded up to a power of two. Each step takes GROUPS groups in one dot and UNROLL
+    """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A
+    * PARTS, splits); A and the part are the fastest axes so the programs sharing a row tile run
+    together. With PARTS > 1 a program owns window a of NNZ / PARTS consecutive blocks only, so its
+    accumulator and tile are PARTS times narrower; its siblings read the same chunks (through L2).
+    WIDTH is 16 * NNZ / PARTS rounded up to a power of two. Each step takes GROUPS groups in one dot and UNROLL
     (1 or 2) such dots: a lone 16-column chunk per step left the kernel latency-bound
     (benchmarks/NOTES.md). With one split ``out`` is Y; otherwise a float32 workspace the caller
     sums in a fixed order.
@@ -211,25 +219,28 @@ def sparse_jl_windowed_forward_kernel(
     run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
     truncates, so over thousands of steps into one accumulator its error grows to 1.6e-5 of the
     output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
-    window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
+    window, part, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, PARTS)
+    BLOCKS = NNZ // PARTS  # blocks per program (a constexpr)
+    first_block = part * BLOCKS
     offs_q = tl.arange(0, WIDTH)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
     if PROMOTE_EVERY == 0:
         acc = _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, g_begin, g_end, window, windows, group_base,
-                         column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ, FP32_PASSES,
-                         DOT_DTYPE, GROUPS, UNROLL)
+                         column_offset, d, offs_m, mask_m, offs_q, first_block, stride_xm, stride_xd, NNZ,
+                         BLOCKS, FP32_PASSES, DOT_DTYPE, GROUPS, UNROLL)
     else:
         for first in range(g_begin, g_end, GROUPS * UNROLL * PROMOTE_EVERY):
             run_end = tl.minimum(first + GROUPS * UNROLL * PROMOTE_EVERY, g_end)
             acc += _sum_steps(tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32), x_ptr, words_ptr, rotations_ptr,
                               first, run_end, window, windows, group_base, column_offset, d, offs_m, mask_m,
-                              offs_q, stride_xm, stride_xd, NNZ, FP32_PASSES, DOT_DTYPE, GROUPS, UNROLL)
+                              offs_q, first_block, stride_xm, stride_xd, NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE,
+                              GROUPS, UNROLL)
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
-                + _window_columns(offs_q, window, windows)[None, :] * stride_ok)
+                + _window_columns(offs_q, window, windows, first_block)[None, :] * stride_ok)
     tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :])
+             mask=mask_m[:, None] & (offs_q // WINDOW < BLOCKS)[None, :])
 
 
 @triton.jit
@@ -248,9 +259,9 @@ def sparse_jl_windowed_transpose_kernel(
     register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
     the loop-invariant y^T the other; otherwise the [BLOCK_M, WIDTH] x [WIDTH, 16 GROUPS] product
     has an N of 16 per group and a tile to stage through shared memory on every step."""
-    window, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M)
+    window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
     offs_q = tl.arange(0, WIDTH)
-    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + _window_columns(offs_q, window, windows)[None, :] * stride_yk,
+    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + _window_columns(offs_q, window, windows, 0)[None, :] * stride_yk,
                 mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :], other=0.0)
     # The y tile is loop-invariant: split (and transpose) it once.
     if FP32_PASSES > 0:
@@ -270,7 +281,7 @@ def sparse_jl_windowed_transpose_kernel(
     g_end = tl.minimum(g_begin + groups_per_split, groups)
     for group in range(g_begin, g_end, GROUPS):
         cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
-                                            column_offset, d, offs_q, NNZ, GROUPS, not TILE_LEFT)
+                                            column_offset, d, offs_q, 0, NNZ, NNZ, GROUPS, not TILE_LEFT)
         tile = tile.to(DOT_DTYPE)
         if TILE_LEFT:
             z = tl.dot(tile, hi)

@@ -63,7 +63,8 @@ def _variants():
             yield ("sparse_jl_windowed_forward_kernel",
                    {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
                     "stride_om": I64, "stride_ok": I32, "stride_split": I64},
-                   {**const, "GROUPS": groups, "UNROLL": unroll, "PROMOTE_EVERY": promote_every(passes, 1000, Tiling())})
+                   {**const, "GROUPS": groups, "UNROLL": unroll, "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
+                    "PARTS": 1})
             yield ("sparse_jl_windowed_transpose_kernel",
                    {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
                     "stride_zm": I64, "stride_zd": I32}, {**const, "GROUPS": windowed._TRANSPOSE_GROUPS,

@@ -24,6 +24,7 @@ SHAPES = [
     (9, 77, 48, 3, 2**33 + 5, 6),  # windowed, A = 1, nnz not a power of two
     (130, 40, 32, 2, 0, 31),  # windowed, several row tiles, d < one group
     (20, 600, 4096, 16, 2**33 + 1, 8),  # windowed, nnz 16 (WIDTH 256), A = 16
+    (70, 333, 2048, 16, 5, 9),  # nnz 16 with > 32 rows: half types run two programs per window on a GPU
     (4, 300, 512, 32, 5, 77),  # nnz 32: masks repeat every 16 blocks (t mod 16)
 ]
 
@@ -75,6 +76,18 @@ def test_windowed_forward_steps_match_reference(kernel_device, rng, steps, dtype
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
     got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, Tiling(splits=splits, steps=steps))
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k,nnz,splits", [(512, 8, 1), (4096, 16, 3)])
+def test_windowed_forward_block_parts_match_reference(kernel_device, rng, k, nnz, splits, dtype, parts):
+    """Programs that own a part of the blocks of their window: the same Y."""
+    n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
+    x = torch.randn(n, d, generator=rng).to(dtype)
+    want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, Tiling(splits=splits, parts=parts))
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
@@ -224,6 +237,15 @@ def test_promotion_rule():
     assert promote_every(2, 10**6, Tiling()) == promote_every(0, 10**6, Tiling()) == 0
     assert promote_every(3, 10**6, Tiling(promote_every=0)) == 0
     assert promote_every(0, 1, Tiling(promote_every=3)) == 3
+
+
+def test_forward_parts_rule():
+    """Two programs per window for the half-type forward at nnz 16 with more than 32 rows; one
+    otherwise (float32, nnz 8, few rows, odd nnz)."""
+    rule = windowed._forward_parts
+    assert rule(torch.bfloat16, 16, 4096) == rule(torch.float16, 16, 33) == 2
+    assert rule(torch.float32, 16, 4096) == rule(torch.bfloat16, 8, 4096) == 1
+    assert rule(torch.bfloat16, 16, 32) == rule(torch.bfloat16, 15, 4096) == rule(torch.bfloat16, 32, 4096) == 1
 
 
 class _FakeCuda:

@@ -105,26 +105,34 @@ _TRANSPOSE_TILE_LEFT = True
 _TRANSPOSE_STAGES = 1
 
 
-def _num_warps(block_m: int, width: int, dtype: torch.dtype, transpose: bool = False) -> int:
+def _num_warps(block_m: int, width: int, transpose: bool = False) -> int:
     # The H100 sweeps in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
     # by 5-20%; 32 rows run best with 2 warps, except the transpose at nnz 16, whose 32-row programs
-    # run 1.1-1.4x faster with 4 (and slower with 8 at any row count). The half-type forward at
-    # nnz 16 (253 registers a thread with 4 warps: 12.5% occupancy) runs 1-8% faster with 8 warps;
-    # float32 2-3x slower.
-    if not transpose and width >= 256 and block_m >= 64 and dtype != torch.float32:
-        return 8
+    # run 1.1-1.4x faster with 4 (and slower with 8 at any row count).
     return 4 if block_m >= 64 or (transpose and width >= 256) else 2
 
 
+def _forward_parts(dtype: torch.dtype, nnz: int, n: int) -> int:
+    """Programs per (row tile, window) in the forward, each owning nnz / parts of the blocks. The
+    half-type forward at nnz 16 holds a 64 x 256 accumulator and tile (253 registers a thread, two
+    programs per SM, latency-bound: benchmarks/NOTES.md, design 6); two programs of 128 columns,
+    which read the same chunks through L2, ran 1.06-1.36x faster at n >= 1024 rows (H100 sweep,
+    ``sweep_windowed.py --parts 2``). float32, nnz 8, four parts and n <= 32 ran slower."""
+    if dtype != torch.float32 and 8 < nnz <= 16 and nnz % 2 == 0 and n > 32:
+        return 2
+    return 1
+
+
 def _grid(x: torch.Tensor, nnz: int, tables: WindowTables, splits=None, block_m=None,
-          out_features: int | None = None):
-    """(BLOCK_M, WIDTH, row tiles * A, splits, groups per split) for the (n, .) input ``x``;
-    ``out_features``: k for the forward, whose splits produce (n, k) partials to be summed."""
+          out_features: int | None = None, parts: int = 1):
+    """(BLOCK_M, WIDTH, row tiles * A * parts, splits, groups per split) for the (n, .) input
+    ``x``; ``out_features``: k for the forward, whose splits produce (n, k) partials to be summed;
+    ``parts``: programs per (row tile, window), each owning nnz / parts of the blocks."""
     summed = out_features is not None
     n = x.shape[0]
-    width = _width(nnz)
+    width = _width(nnz // parts)
     block_m = block_m or _block_m(n, width, float32_transpose=not summed and x.dtype == torch.float32)
-    tiles = math.ceil(n / block_m) * tables.windows
+    tiles = math.ceil(n / block_m) * tables.windows * parts
     if splits is None:
         # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
         # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
@@ -136,26 +144,30 @@ def _grid(x: torch.Tensor, nnz: int, tables: WindowTables, splits=None, block_m=
 
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
             tiling: Tiling = Tiling()) -> torch.Tensor:
-    """Y = x S^T: a program owns window a of every block for a row tile and multiplies, per group,
-    the one chunk that lands there by its signed-permutation tile, several groups per step."""
+    """Y = x S^T: a program owns window a of every block (or of nnz / parts of them) for a row tile
+    and multiplies, per group, the one chunk that lands there by its signed-permutation tile,
+    several groups per step."""
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_forward_kernel
 
     n, d = x.shape
     tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
+    parts = tiling.parts or _forward_parts(x.dtype, nnz, n)
+    if nnz % parts:
+        raise ValueError(f"Tiling.parts={parts} must divide nnz={nnz}")
     block_m, width, tiles, splits, per_split = _grid(
-        x, nnz, tables, tiling.splits, tiling.blocks[0] if tiling.blocks else None, out_features)
+        x, nnz, tables, tiling.splits, tiling.blocks[0] if tiling.blocks else None, out_features, parts)
     out, stride_split = forward_output(n, out_features, splits, x)
     fp32_passes, dot_type = dot_config(x.dtype)
-    groups_per_dot, unroll, stages = _forward_steps(x.dtype, nnz, block_m)
+    groups_per_dot, unroll, stages = _forward_steps(x.dtype, nnz // parts, block_m)
     groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
         per_split, tables.windows, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        GROUPS=groups_per_dot, UNROLL=unroll,
+        GROUPS=groups_per_dot, UNROLL=unroll, PARTS=parts,
         PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
-        num_warps=tiling.num_warps or _num_warps(block_m, width, x.dtype),
+        num_warps=tiling.num_warps or _num_warps(block_m, width),
         num_stages=tiling.num_stages or stages,
     )
     return sum_splits(out, splits, x.dtype)
@@ -181,7 +193,7 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
         y.stride(0), y.stride(1), z.stride(0), z.stride(1),
         NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
         GROUPS=groups_per_dot, TILE_LEFT=tile_left,
-        num_warps=tiling.num_warps or _num_warps(block_m, width, y.dtype, transpose=True),
+        num_warps=tiling.num_warps or _num_warps(block_m, width, transpose=True),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
     return z
