@@ -59,12 +59,13 @@ def _variants():
                       "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants
                 const.update(windows=1, groups_per_split=1, scale=1.0)
-            groups, unroll, _ = windowed._forward_steps(torch_dtypes[dtype], nnz, block_m)
+            parts = windowed._forward_parts(torch_dtypes[dtype], nnz, 2 * block_m)
+            groups, unroll, _ = windowed._forward_steps(torch_dtypes[dtype], nnz // parts, block_m)
             yield ("sparse_jl_windowed_forward_kernel",
                    {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
                     "stride_om": I64, "stride_ok": I32, "stride_split": I64},
-                   {**const, "GROUPS": groups, "UNROLL": unroll, "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
-                    "PARTS": 1})
+                   {**const, "WIDTH": width // parts, "GROUPS": groups, "UNROLL": unroll, "PARTS": parts,
+                    "PROMOTE_EVERY": promote_every(passes, 1000, Tiling())})
             yield ("sparse_jl_windowed_transpose_kernel",
                    {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
                     "stride_zm": I64, "stride_zd": I32}, {**const, "GROUPS": windowed._TRANSPOSE_GROUPS,
