@@ -14,6 +14,9 @@
   the GPU. A smaller budget means fewer splits: less memory, less parallelism. Results are
   bitwise reproducible for a given budget (the split count sets the order of the sums).
 
+Both budgets are ints >= 0; anything else raises, naming the setting, the next time the engine
+reads it.
+
 float32 accuracy follows ``torch.get_float32_matmul_precision()``, as ``torch.matmul`` does:
 "highest" (torch's default) is exact float32, "high" and "medium" keep 16 and 8 mantissa bits of
 the input in the kernel's tensor-core passes (and let cuBLAS use TF32 in the dense algorithm).
@@ -21,7 +24,23 @@ See sjlt/ops/choice.py for the rule.
 """
 from __future__ import annotations
 
+import numbers
+
 deterministic: bool = True
 benchmark: bool = False
 dense_cache_bytes: int = 64 << 20
 workspace_bytes: int = 256 << 20
+
+_DEFAULT_BYTES = {"dense_cache_bytes": dense_cache_bytes, "workspace_bytes": workspace_bytes}
+
+
+def byte_budget(name: str) -> int:
+    """The byte budget ``name`` ("dense_cache_bytes" or "workspace_bytes") as set, checked when the
+    engine reads it, so a bad assignment fails with what to set instead of deep in a launch."""
+    value = globals()[name]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"sjlt.backends.{name} must be an int number of bytes, got {value!r}; "
+                        f"the default is {_DEFAULT_BYTES[name]} ({_DEFAULT_BYTES[name] >> 20} MiB)")
+    if value < 0:
+        raise ValueError(f"sjlt.backends.{name} must be >= 0 bytes (0 turns it off), got {value}")
+    return int(value)

@@ -227,6 +227,25 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
     assert _launch.splits_to_fill(64, 4096, 8, torch.device("cpu"), summed) == 1
 
 
+@pytest.mark.parametrize("name", ["workspace_bytes", "dense_cache_bytes"])
+@pytest.mark.parametrize("value,error", [(-1, ValueError), (1.5e8, TypeError), (True, TypeError), ("64MB", TypeError)])
+def test_bad_byte_budgets_are_clear_errors(monkeypatch, name, value, error):
+    """A budget set by hand to a non-int or a negative number fails where the engine reads it,
+    naming the setting, before anything is launched or cached."""
+    from sjlt import backends
+    from sjlt.ops import _launch, choice
+
+    monkeypatch.setattr(_launch, "multiprocessor_count", lambda index: 132)
+    monkeypatch.setattr(backends, name, value)
+    with pytest.raises(error, match=f"sjlt.backends.{name}"):
+        if name == "workspace_bytes":
+            _launch.splits_to_fill(64, 4096, 8, torch.device("cuda", 0), (2**31, 2**19))
+        else:
+            choice._rule(_FakeCuda(2**20, 1024, torch.bfloat16), 1024, 256)
+    monkeypatch.setattr(backends, name, 0)  # 0 is valid: no workspace, no dense cache
+    assert backends.byte_budget(name) == 0
+
+
 def test_promotion_rule():
     """Exact float32 adds runs of PROMOTE_EVERY steps apart once a program has more steps than that;
     other modes and half types keep one accumulator; a Tiling overrides."""

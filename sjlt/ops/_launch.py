@@ -46,7 +46,7 @@ def splits_to_fill(programs: int, max_splits: int, per_sm: int, device: torch.de
         input_bytes, partial_bytes = summed
         if input_bytes < _SPLIT_MIN_BYTES:
             return 1
-        max_splits = min(max_splits, backends.workspace_bytes // max(1, partial_bytes))
+        max_splits = min(max_splits, backends.byte_budget("workspace_bytes") // max(1, partial_bytes))
     index = device.index if device.index is not None else torch.cuda.current_device()
     target = per_sm * multiprocessor_count(index)
     if programs >= target:

@@ -47,7 +47,7 @@ def algorithm(x: torch.Tensor, in_features: int, out_features: int, nnz: int, ke
     rule = _rule(x, in_features, out_features)
     if backends.deterministic or not backends.benchmark:
         return rule
-    if not dense.eligible(x, in_features, out_features, backends.dense_cache_bytes):
+    if not dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes")):
         return KERNEL
     key = ("transpose" if transpose else "forward", x.shape[0], in_features, out_features, nnz, x.dtype, x.device)
     winner = _BENCHMARKED.get(key)
@@ -64,7 +64,7 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int) -> str:
             x, in_features, out_features, LAUNCH_BOUND_MATRIX_BYTES):
         return DENSE
     if (x.dtype in (torch.float16, torch.bfloat16) and out_features <= HALF_DENSE_MAX_FEATURES
-            and dense.eligible(x, in_features, out_features, backends.dense_cache_bytes)):
+            and dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes"))):
         return DENSE
     return KERNEL
 

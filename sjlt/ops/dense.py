@@ -27,8 +27,9 @@ _cached_bytes = 0
 def eligible(x: torch.Tensor, in_features: int, out_features: int, max_matrix_bytes: int) -> bool:
     """Whether the dense algorithm can run the (n, .) CUDA input ``x`` of a projection between
     in_features and out_features with S no larger than ``max_matrix_bytes`` and the cache budget."""
+    budget = min(max_matrix_bytes, backends.byte_budget("dense_cache_bytes"))
     return (x.device.type == "cuda" and x.dtype in KERNEL_DTYPES
-            and in_features * out_features * x.element_size() <= min(max_matrix_bytes, backends.dense_cache_bytes))
+            and in_features * out_features * x.element_size() <= budget)
 
 
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:
@@ -73,8 +74,9 @@ def sign_matrix(in_features: int, out_features: int, key0: int, key1: int, nnz: 
     signs.index_put_((rows, cols), values)  # a column's nnz rows are distinct: no duplicates
     size = signs.numel() * signs.element_size()
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    if not capturing and size <= backends.dense_cache_bytes:
-        while _CACHE and _cached_bytes + size > backends.dense_cache_bytes:
+    budget = backends.byte_budget("dense_cache_bytes")
+    if not capturing and size <= budget:
+        while _CACHE and _cached_bytes + size > budget:
             _cached_bytes -= _evict()
         _CACHE[key] = signs
         _cached_bytes += size
