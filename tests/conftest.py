@@ -33,9 +33,12 @@ def poison_outputs(monkeypatch):
 
 
 @pytest.fixture
-def rng() -> torch.Generator:
-    """A fresh generator per test; tests draw inputs from it, never from zeros."""
-    return torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+def rng(request) -> torch.Generator:
+    """A fresh generator per test; tests draw inputs from it, never from zeros. Its seed is printed
+    (pytest shows it under a failure's captured output) and SJLT_TEST_SEED replays it."""
+    seed = int(os.environ.get("SJLT_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+    print(f"rng seed {seed}: replay with SJLT_TEST_SEED={seed} pytest '{request.node.nodeid}'")
+    return torch.Generator().manual_seed(seed)
 
 
 def pytest_report_header(config):
