@@ -22,6 +22,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
+from bench_gpu import copy_bandwidth, peak_extra
 from sjlt import reference, spec
 from sjlt.ops import classic, windowed
 from sjlt.ops._launch import FP32_PASSES, Tiling
@@ -36,16 +37,6 @@ SHAPES = [  # (n, d, k, nnz or None for the default): issue 12's shapes, and one
 LARGE = [shape for shape in SHAPES if shape[0] * shape[1] >= 2**31 or shape[1] >= 2**17]
 
 
-def peak_extra(fn) -> tuple[torch.Tensor, int]:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    start = torch.cuda.memory_allocated()
-    out = fn()
-    torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - start - out.numel() * out.element_size()
-    return out, max(extra, 0)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shapes", choices=("all", "large"), default="all")
@@ -53,10 +44,7 @@ def main(argv=None) -> int:
                         help="run lengths to compare with the default under \"highest\"")
     parser.add_argument("--out", help="also write the table here (rows are written as they come)")
     args = parser.parse_args(argv)
-    src = torch.randn(2**28, device="cuda")
-    dst = torch.empty_like(src)
-    bw = 2 * src.numel() * 4 / (do_bench(lambda: dst.copy_(src), return_mode="median") * 1e-3)
-    del src, dst
+    bw = copy_bandwidth()
     lines = [f"# float32 forward accuracy ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
              f"triton {triton.__version__}, copy {bw / 1e9:.0f} GB/s, {datetime.date.today()})", "",
              "command: python " + " ".join(sys.argv), "",
@@ -80,9 +68,8 @@ def main(argv=None) -> int:
                 for every in [None, *others]:  # None: the launcher's rule
                     tiling = Tiling(promote_every=every)
                     run = lambda: layout.forward(x, k, *key, nnz, 0, tiling)  # noqa: E731
-                    got, extra = peak_extra(run)
-                    err = float((got[rows].double() - want).abs().max() / want.abs().max())
-                    del got
+                    err = float((run()[rows].double() - want).abs().max() / want.abs().max())
+                    extra = peak_extra(run)
                     ms = do_bench(run, warmup=5, rep=20, return_mode="median")
                     lines.append(f"| {n} | {d} | {k} | {layout.__name__.rsplit('.', 1)[-1]}, {nnz} | {mode} | "
                                   f"{'default' if every is None else every or 'all'} | "
