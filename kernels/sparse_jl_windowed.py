@@ -210,14 +210,14 @@ def sparse_jl_windowed_forward_kernel(
     * PARTS, splits); A and the part are the fastest axes so the programs sharing a row tile run
     together. With PARTS > 1 a program owns window a of NNZ / PARTS consecutive blocks only, so its
     accumulator and tile are PARTS times narrower; its siblings read the same chunks (through L2).
-    WIDTH is 16 * NNZ / PARTS rounded up to a power of two. Each step takes GROUPS groups in one dot and UNROLL
-    (1 or 2) such dots: a lone 16-column chunk per step left the kernel latency-bound
-    (benchmarks/NOTES.md). With one split ``out`` is Y; otherwise a float32 workspace the caller
-    sums in a fixed order.
+    WIDTH is 16 * NNZ / PARTS rounded up to a power of two. Each step takes GROUPS groups in one
+    dot and UNROLL (1 or 2) such dots: a lone 16-column chunk per step left the kernel
+    latency-bound (benchmarks/NOTES.md). With one split ``out`` is Y; otherwise a float32 workspace
+    the caller sums in a fixed order.
 
     PROMOTE_EVERY > 0 sums runs of that many steps in a fresh tensor-core accumulator and adds each
     run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
-    truncates, so over thousands of steps into one accumulator its error grows to 1.6e-5 of the
+    truncates, so over hundreds of steps into one accumulator its error grows to 1.7e-5 of the
     output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
     window, part, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, PARTS)
     BLOCKS = NNZ // PARTS  # blocks per program (a constexpr)

@@ -82,10 +82,10 @@ class Tiling(NamedTuple):
 #: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run
 #: to the total on the CUDA cores (round to nearest). The tensor cores' float32 accumulation
 #: truncates, so its error grows with the steps summed into one accumulator: up to 64 steps exact
-#: float32 stayed within 4.5e-6 of float64 on an H100, but 171 and 512 steps reached 1.2e-5 and
-#: 1.6e-5, over the 1e-5 bar. Runs of 64 bring those to 4-5e-6 at 0-5% more time; shorter runs
-#: are more accurate but slower (1 step: 1.5-2x), and the nested loop costs 1.5x where a program
-#: has few steps, hence runs only past 64 steps (benchmarks/NOTES.md, design 5).
+#: float32 stayed within 4.5e-6 of float64 on an H100, but 171 and 512 steps reached 1.2-1.4e-5 and
+#: 1.6-1.7e-5, over the 1e-5 bar. Runs of 64 bring those to 4-5e-6 at 0-5% more time; shorter runs
+#: are more accurate but slower (1 step: 1.4-2.4x), and the nested loop costs 1.3-2x where a
+#: program has few steps, hence runs only past 64 steps (benchmarks/NOTES.md, design 5).
 PROMOTE_EVERY = 64
 
 
