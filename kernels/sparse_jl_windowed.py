@@ -261,7 +261,8 @@ def sparse_jl_windowed_transpose_kernel(
     has an N of 16 per group and a tile to stage through shared memory on every step."""
     window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
     offs_q = tl.arange(0, WIDTH)
-    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + _window_columns(offs_q, window, windows, 0)[None, :] * stride_yk,
+    columns = _window_columns(offs_q, window, windows, 0)
+    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk,
                 mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :], other=0.0)
     # The y tile is loop-invariant: split (and transpose) it once.
     if FP32_PASSES > 0:

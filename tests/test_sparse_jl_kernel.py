@@ -228,7 +228,8 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["workspace_bytes", "dense_cache_bytes"])
-@pytest.mark.parametrize("value,error", [(-1, ValueError), (1.5e8, TypeError), (True, TypeError), ("64MB", TypeError)])
+@pytest.mark.parametrize("value,error", [(-1, ValueError), (1.5e8, TypeError), (True, TypeError),
+                                         ("64MB", TypeError)])
 def test_bad_byte_budgets_are_clear_errors(monkeypatch, name, value, error):
     """A budget set by hand to a non-int or a negative number fails where the engine reads it,
     naming the setting, before anything is launched or cached."""

@@ -68,9 +68,9 @@ def test_default_nnz_is_capped_by_out_features():
 
 
 @pytest.mark.parametrize("k,nnz,windowed", [(16, 1, True), (48, 3, True), (64, 4, True), (100, 8, False),
-                                            (128, 8, True), (200, 8, False), (1792, 8, True), (2048, 16, True), (2176, 8, True),
-                                            (2304, 16, True), (4096, 16, True), (8192, 16, True), (4224, 8, True),
-                                            (5000, 8, False), (7, 7, False)])
+                                            (128, 8, True), (200, 8, False), (1792, 8, True), (2048, 16, True),
+                                            (2176, 8, True), (2304, 16, True), (4096, 16, True), (8192, 16, True),
+                                            (4224, 8, True), (5000, 8, False), (7, 7, False)])
 def test_default_nnz_picks_the_windowed_layout_where_it_applies(k, nnz, windowed):
     assert spec.default_nnz(k) == nnz
     assert spec.is_windowed(k, nnz) == windowed
