@@ -64,11 +64,11 @@ def fmt_ms(ms):
 
 def tensor_core_floor_ms(n: int, d: int, k: int, nnz: int, tflops: float) -> float | None:
     """float32's second floor (issue 12): the default layout's own tile work, 2 * WIDTH flops per
-    input element (WIDTH = 16 * nnz padded to a power of two) for each of the three exact bfloat16
-    passes, at the measured bf16 GEMM rate. None for the classic layout."""
+    input element and band (WIDTH = 16 * min(nnz, 8) padded to a power of two) for each of the
+    three exact bfloat16 passes, at the measured bf16 GEMM rate. None for the classic layout."""
     if not spec.is_windowed(k, nnz):
         return None
-    width = windowed._width(nnz)
+    width = windowed._width(nnz) * spec.band_count(nnz)
     return n * d * 2 * width * 3 / (tflops * 1e12) * 1e3
 
 

@@ -39,8 +39,6 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, help="warps per program instead of the launcher's")
     parser.add_argument("--min-k", type=int, default=0, help="only shapes with k >= this")
     parser.add_argument("--max-n", type=int, help="only shapes with n <= this")
-    parser.add_argument("--parts", type=int, help="forward programs per (row tile, window), each owning "
-                        "nnz / parts of the blocks, instead of 1")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     src = torch.randn(2**28, device="cuda")
@@ -49,7 +47,7 @@ def main(argv=None) -> int:
     del src, dst
     lines = [f"# Windowed kernel step sweep ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
              f"triton {triton.__version__}, copy {bw / 1e9:.0f} GB/s; BLOCK_M {args.block_m or 'default'}, "
-             f"warps {args.warps or 'default'}, parts {args.parts or 1})", "",
+             f"warps {args.warps or 'default'})", "",
              "| direction | dtype | n | d | k | nnz | groups x dots | stages | ms | % of floor | default ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
@@ -76,8 +74,7 @@ def main(argv=None) -> int:
                     default_ms = do_bench(lambda: run(Tiling()), return_mode="median")
                     for steps, stages in configs:
                         tiling = Tiling(steps=steps, num_stages=stages, num_warps=args.warps,
-                                        blocks=(args.block_m,) if args.block_m else None,
-                                        parts=args.parts if direction == "forward" else None)
+                                        blocks=(args.block_m,) if args.block_m else None)
                         try:
                             got = run(tiling)
                             err = ((got.float() - default.float()).norm() / default.float().norm()).item()

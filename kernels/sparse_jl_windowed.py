@@ -1,18 +1,18 @@
-"""Windowed sparse JL kernels: Y = X S^T and Z = Y S when S has the windowed layout (spec v3; v4
-changed only the default nnz).
+"""Windowed sparse JL kernels: Y = X S^T and Z = Y S when S has the windowed layout (spec v5).
 
-Layout (``docs/spec.md``): k = 16 * A * nnz rows, nnz blocks of A windows of 16 rows. Input columns
-come in chunks of 16; chunk c = g*A + p of group g goes to window (p + R_g) mod A of every block,
-where its 16 columns land on 16 distinct rows: column i on row i XOR m_(c,t), with a sign bit per
-column. One 32-bit word per (chunk, block) holds m (bits 0-3) and the 16 signs (bits 16-31); the
-table kernel computes m, affine in t over GF(16), so the projection kernels only read it.
+Layout (``docs/spec.md``): k = 16 * A * nnz rows, nnz blocks of A windows of 16 rows; blocks
+[8b, 8b + 8) form band b. Input columns come in chunks of 16; chunk c = g*A + p of group g goes to
+window (p + R_(g,b)) mod A of every block of band b, where its 16 columns land on 16 distinct
+rows: column i on row i XOR m_(c,t), with a sign bit per column. One 32-bit word per (chunk,
+block) holds m (bits 0-3) and the 16 signs (bits 16-31); the table kernel computes m, affine in t
+over GF(16), and the rotations, so the projection kernels only read them.
 
-Why this layout: the window a chunk lands in is the same in every block, so a program that owns
-window a of all blocks (16 * nnz output columns) reads each chunk of its groups exactly once and
-multiplies it by a 16 x 16*nnz signed permutation tile. Tensor-core work per input element is
-2 * 16 * nnz flops whatever k is, where a one-hot over all of k costs 2k. Each group of A
-neighbouring chunks is split among the A programs of a row tile, so together they read X's rows
-whole.
+Why this layout: the window a chunk lands in is the same in every block of a band, so a program
+that owns window a of one band (16 * min(nnz, 8) output columns) reads each chunk of its groups
+that lands there exactly once and multiplies it by a 16 x 16*min(nnz, 8) signed permutation tile.
+Tensor-core work per input element is 2 * 16 * nnz flops whatever k is, where a one-hot over all
+of k costs 2k. Each group of A neighbouring chunks is split among the A programs of a row tile
+and band, so together they read X's rows whole, once per band.
 
 Each loop step takes the chunks of several groups at once (``_stacked_tiles``): the forward as one
 dot of depth 16 * GROUPS (or two unrolled dots), the transpose as z^T = tile @ y^T, whose tile of
@@ -51,10 +51,10 @@ def _with_mask(word, slope, intercept, T: tl.constexpr):
 
 @triton.jit
 def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, key0, key1,
-                        NNZ: tl.constexpr, DOMAIN_WINDOW: tl.constexpr, DOMAIN_GROUP: tl.constexpr,
-                        BLOCK: tl.constexpr):
+                        NNZ: tl.constexpr, BANDS: tl.constexpr, DOMAIN_WINDOW: tl.constexpr,
+                        DOMAIN_GROUP: tl.constexpr, BLOCK: tl.constexpr):
     """words[c, t] for the groups*windows chunks of groups [group_base, group_base + groups), and
-    rotations[g] = R_(group_base + g). Grid: cdiv(groups * windows, BLOCK)."""
+    rotations[g, b] = R_(group_base + g, b). Grid: cdiv(groups * windows, BLOCK)."""
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     chunk = group_base * windows + idx
     in_table = idx < groups * windows
@@ -77,27 +77,44 @@ def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, k
         if 4 * quad + 3 < NNZ:
             tl.store(base + 3, _with_mask(w3, slope, intercept, 4 * quad + 3), mask=in_table)
     group = group_base + idx
-    r0, _, _, _ = philox4x32_10((group & 0xFFFFFFFF).to(tl.uint32), (group >> 32).to(tl.uint32),
-                                zero, zero + DOMAIN_GROUP, key0, key1)
-    rotation = tl.umulhi(r0, (zero + windows).to(tl.uint32))
-    tl.store(rotations_ptr + idx, rotation.to(tl.int32), mask=idx < groups)
+    group_lo = (group & 0xFFFFFFFF).to(tl.uint32)
+    group_hi = (group >> 32).to(tl.uint32)
+    in_groups = idx < groups
+    size = (zero + windows).to(tl.uint32)
+    for quad in tl.static_range(0, (BANDS + 3) // 4):  # R_(g,b) = word b mod 4 of counter (g, b div 4)
+        r0, r1, r2, r3 = philox4x32_10(group_lo, group_hi, zero + quad, zero + DOMAIN_GROUP, key0, key1)
+        base = rotations_ptr + idx * BANDS + 4 * quad
+        tl.store(base, tl.umulhi(r0, size).to(tl.int32), mask=in_groups)
+        if 4 * quad + 1 < BANDS:
+            tl.store(base + 1, tl.umulhi(r1, size).to(tl.int32), mask=in_groups)
+        if 4 * quad + 2 < BANDS:
+            tl.store(base + 2, tl.umulhi(r2, size).to(tl.int32), mask=in_groups)
+        if 4 * quad + 3 < BANDS:
+            tl.store(base + 3, tl.umulhi(r3, size).to(tl.int32), mask=in_groups)
 
 
 @triton.jit
-def _window_chunk(rotations_ptr, group, window, windows):
-    """The table index of the chunk of table group ``group`` that lands in ``window``."""
-    rotation = tl.load(rotations_ptr + group)
+def _window_chunk(rotations_ptr, group, window, windows, band, BANDS: tl.constexpr):
+    """The table index of the chunk of table group ``group`` that lands in ``window`` in ``band``."""
+    rotation = tl.load(rotations_ptr + tl.cast(group, tl.int64) * BANDS + band)
     return tl.cast(group, tl.int64) * windows + (window - rotation + windows) % windows
 
 
 @triton.jit
-def _signed_permutation(words_ptr, table_chunk, offs_q, first_block, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
-    """For accumulator column q = 16t + u (block first_block + t): the chunk column i* = u XOR m
-    that lands there, and its value +-1 (0 for the padding columns t >= BLOCKS)."""
+def _band_blocks(offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """For accumulator column q = 16t + u: t, and whether block band * BLOCKS + t exists (the
+    padding columns t >= BLOCKS and a short last band's missing blocks do not)."""
     t = offs_q // WINDOW
+    return t, (t < BLOCKS) & (band * BLOCKS + t < NNZ)
+
+
+@triton.jit
+def _signed_permutation(words_ptr, table_chunk, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """For accumulator column q = 16t + u (block band * BLOCKS + t): the chunk column i* = u XOR m
+    that lands there, and its value +-1 (0 where the block does not exist)."""
+    t, valid = _band_blocks(offs_q, band, NNZ, BLOCKS)
     u = offs_q % WINDOW
-    valid = t < BLOCKS
-    word = tl.load(words_ptr + table_chunk * NNZ + first_block + t, mask=valid, other=0)
+    word = tl.load(words_ptr + table_chunk * NNZ + band * BLOCKS + t, mask=valid, other=0)
     source = u ^ (word & (WINDOW - 1))
     negative = (word >> (16 + source)) & 1
     value = tl.where(valid, tl.where(negative != 0, -1.0, 1.0), 0.0)
@@ -105,26 +122,26 @@ def _signed_permutation(words_ptr, table_chunk, offs_q, first_block, NNZ: tl.con
 
 
 @triton.jit
-def _program_tile(n, windows, BLOCK_M: tl.constexpr, PARTS: tl.constexpr):
-    """(window a, part, split, rows, row mask) of this program; grid axis 0 is
-    (row tile * A + a) * PARTS + part, so the programs sharing a row tile run together."""
+def _program_tile(n, windows, BLOCK_M: tl.constexpr, BANDS: tl.constexpr):
+    """(window a, band, split, rows, row mask) of this program; grid axis 0 is
+    (row tile * A + a) * BANDS + band, so the programs sharing a row tile run together."""
     pid = tl.program_id(0)
-    tile = pid // PARTS
+    tile = pid // BANDS
     offs_m = (tile // windows).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    return tile % windows, pid % PARTS, tl.program_id(1), offs_m, offs_m < n
+    return tile % windows, pid % BANDS, tl.program_id(1), offs_m, offs_m < n
 
 
 @triton.jit
-def _window_columns(offs_q, window, windows, first_block):
-    """Output column of accumulator column q = 16t + u: row u of window a in block first_block + t."""
-    return ((first_block + offs_q // WINDOW) * windows + window) * WINDOW + offs_q % WINDOW
+def _window_columns(offs_q, window, windows, band, BLOCKS: tl.constexpr):
+    """Output column of accumulator column q = 16t + u: row u of window a in block band * BLOCKS + t."""
+    return ((band * BLOCKS + offs_q // WINDOW) * windows + window) * WINDOW + offs_q % WINDOW
 
 
 @triton.jit
-def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base, column_offset,
-                   d, offs_q, first_block, NNZ: tl.constexpr, BLOCKS: tl.constexpr, GROUPS: tl.constexpr,
-                   TRANSPOSED: tl.constexpr):
-    """The chunks at ``window`` of groups first_group .. first_group + GROUPS - 1, side by side:
+def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
+                   column_offset, d, offs_q, NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr,
+                   GROUPS: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """The chunks at ``window`` in ``band`` of groups first_group .. first_group + GROUPS - 1, side by side:
     their 16 * GROUPS local columns, which of them exist (in [0, d), group before g_end), and
     their signed-permutation tiles stacked to match ([16 * GROUPS, WIDTH], or its transpose), so
     one dot of depth (or width) 16 * GROUPS takes them all. Built with 2-D selects only: a 3-D
@@ -133,8 +150,8 @@ def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows
     lane = lanes % WINDOW
     stacked = lanes // WINDOW
     last = g_end - 1
-    chunk_0 = _window_chunk(rotations_ptr, tl.minimum(first_group, last), window, windows)
-    source_0, value_0 = _signed_permutation(words_ptr, chunk_0, offs_q, first_block, NNZ, BLOCKS)
+    chunk_0 = _window_chunk(rotations_ptr, tl.minimum(first_group, last), window, windows, band, BANDS)
+    source_0, value_0 = _signed_permutation(words_ptr, chunk_0, offs_q, band, NNZ, BLOCKS)
     none = tl.zeros_like(stacked)
     chunk = chunk_0 + none.to(tl.int64)
     if TRANSPOSED:
@@ -144,8 +161,8 @@ def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows
         source = source_0[None, :] + none[:, None]
         value = value_0[None, :] + none[:, None].to(tl.float32)
     for g in tl.static_range(1, GROUPS):
-        chunk_g = _window_chunk(rotations_ptr, tl.minimum(first_group + g, last), window, windows)
-        source_g, value_g = _signed_permutation(words_ptr, chunk_g, offs_q, first_block, NNZ, BLOCKS)
+        chunk_g = _window_chunk(rotations_ptr, tl.minimum(first_group + g, last), window, windows, band, BANDS)
+        source_g, value_g = _signed_permutation(words_ptr, chunk_g, offs_q, band, NNZ, BLOCKS)
         chunk = tl.where(stacked == g, chunk_g, chunk)
         if TRANSPOSED:
             source = tl.where(stacked[None, :] == g, source_g[:, None], source)
@@ -163,34 +180,33 @@ def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows
 
 
 @triton.jit
-def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base,
-                    column_offset, d, offs_m, mask_m, offs_q, first_block, stride_xm, stride_xd,
-                    NNZ: tl.constexpr, BLOCKS: tl.constexpr, GROUPS: tl.constexpr):
-    """X's chunks at ``window`` of GROUPS groups ([BLOCK_M, 16 * GROUPS], zeros where they do not
-    exist) and their stacked tile."""
-    cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows,
-                                        group_base, column_offset, d, offs_q, first_block, NNZ, BLOCKS, GROUPS,
-                                        False)
+def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
+                    column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
+                    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, GROUPS: tl.constexpr):
+    """X's chunks at ``window`` in ``band`` of GROUPS groups ([BLOCK_M, 16 * GROUPS], zeros where
+    they do not exist) and their stacked tile."""
+    cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows, band,
+                                        group_base, column_offset, d, offs_q, NNZ, BLOCKS, BANDS, GROUPS, False)
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
                 mask=mask_m[:, None] & mask_d[None, :], other=0.0)
     return x, tile
 
 
 @triton.jit
-def _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, group_base,
-               column_offset, d, offs_m, mask_m, offs_q, first_block, stride_xm, stride_xd, NNZ: tl.constexpr,
-               BLOCKS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, GROUPS: tl.constexpr,
-               UNROLL: tl.constexpr):
-    """acc + the products of the chunks at ``window`` of groups [first_group, g_end), GROUPS groups
-    per dot and UNROLL dots per step, whose loads are all issued first."""
+def _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
+               column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ: tl.constexpr,
+               BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
+               GROUPS: tl.constexpr, UNROLL: tl.constexpr):
+    """acc + the products of the chunks at ``window`` in ``band`` of groups [first_group, g_end),
+    GROUPS groups per dot and UNROLL dots per step, whose loads are all issued first."""
     for group in range(first_group, g_end, GROUPS * UNROLL):
-        x, tile = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
-                                  column_offset, d, offs_m, mask_m, offs_q, first_block, stride_xm, stride_xd,
-                                  NNZ, BLOCKS, GROUPS)
+        x, tile = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group, g_end, window, windows, band,
+                                  group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
+                                  NNZ, BLOCKS, BANDS, GROUPS)
         if UNROLL == 2:
             x_next, tile_next = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group + GROUPS, g_end, window,
-                                                windows, group_base, column_offset, d, offs_m, mask_m, offs_q,
-                                                first_block, stride_xm, stride_xd, NNZ, BLOCKS, GROUPS)
+                                                windows, band, group_base, column_offset, d, offs_m, mask_m,
+                                                offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS, GROUPS)
         acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
         if UNROLL == 2:
             acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
@@ -202,58 +218,60 @@ def sparse_jl_windowed_forward_kernel(
     x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
     groups_per_split, windows, scale,
     stride_xm, stride_xd, stride_om, stride_ok, stride_split,
-    NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr, UNROLL: tl.constexpr,
-    PROMOTE_EVERY: tl.constexpr, PARTS: tl.constexpr,
+    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
+    UNROLL: tl.constexpr, PROMOTE_EVERY: tl.constexpr,
 ):
-    """out[split, m, window a of every block] for this split's groups. Grid: (cdiv(n, BLOCK_M) * A
-    * PARTS, splits); A and the part are the fastest axes so the programs sharing a row tile run
-    together. With PARTS > 1 a program owns window a of NNZ / PARTS consecutive blocks only, so its
-    accumulator and tile are PARTS times narrower; its siblings read the same chunks (through L2).
-    WIDTH is 16 * NNZ / PARTS rounded up to a power of two. Each step takes GROUPS groups in one
-    dot and UNROLL (1 or 2) such dots: a lone 16-column chunk per step left the kernel
-    latency-bound (benchmarks/NOTES.md). With one split ``out`` is Y; otherwise a float32 workspace
-    the caller sums in a fixed order.
+    """out[split, m, window a of every block of one band] for this split's groups. Grid:
+    (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
+    sharing a row tile run together (the BANDS siblings of a window read X's chunks in a different
+    order, through L2). BLOCKS = min(NNZ, 8) blocks per band; WIDTH is 16 * BLOCKS rounded up to a
+    power of two. Each step takes GROUPS groups in one dot and UNROLL (1 or 2) such dots: a lone
+    16-column chunk per step left the kernel latency-bound (benchmarks/NOTES.md). With one split
+    ``out`` is Y; otherwise a float32 workspace the caller sums in a fixed order.
 
     PROMOTE_EVERY > 0 sums runs of that many steps in a fresh tensor-core accumulator and adds each
     run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
     truncates, so over hundreds of steps into one accumulator its error grows to 1.7e-5 of the
     output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
-    window, part, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, PARTS)
-    BLOCKS = NNZ // PARTS  # blocks per program (a constexpr)
-    first_block = part * BLOCKS
+    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
     offs_q = tl.arange(0, WIDTH)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
     if PROMOTE_EVERY == 0:
-        acc = _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, g_begin, g_end, window, windows, group_base,
-                         column_offset, d, offs_m, mask_m, offs_q, first_block, stride_xm, stride_xd, NNZ,
-                         BLOCKS, FP32_PASSES, DOT_DTYPE, GROUPS, UNROLL)
+        acc = _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, g_begin, g_end, window, windows, band, group_base,
+                         column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS,
+                         FP32_PASSES, DOT_DTYPE, GROUPS, UNROLL)
     else:
         for first in range(g_begin, g_end, GROUPS * UNROLL * PROMOTE_EVERY):
             run_end = tl.minimum(first + GROUPS * UNROLL * PROMOTE_EVERY, g_end)
             acc += _sum_steps(tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32), x_ptr, words_ptr, rotations_ptr,
-                              first, run_end, window, windows, group_base, column_offset, d, offs_m, mask_m,
-                              offs_q, first_block, stride_xm, stride_xd, NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE,
+                              first, run_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m,
+                              offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE,
                               GROUPS, UNROLL)
+    _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
-                + _window_columns(offs_q, window, windows, first_block)[None, :] * stride_ok)
-    tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & (offs_q // WINDOW < BLOCKS)[None, :])
+                + _window_columns(offs_q, window, windows, band, BLOCKS)[None, :] * stride_ok)
+    tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & block_exists[None, :])
 
 
 @triton.jit
 def sparse_jl_windowed_transpose_kernel(
-    y_ptr, words_ptr, rotations_ptr, z_ptr, n, d, column_offset, group_base, groups,
-    groups_per_split, windows, scale,
-    stride_ym, stride_yk, stride_zm, stride_zd,
-    NNZ: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr, TILE_LEFT: tl.constexpr,
+    y_ptr, words_ptr, rotations_ptr, out_ptr, partial_ptr, n, d, column_offset, group_base, g_first, g_last,
+    groups_per_split, windows, band, out_col0, partial_col0, scale,
+    stride_ym, stride_yk, stride_om, stride_od, stride_pm, stride_pd,
+    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
+    TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr,
 ):
-    """z[m, chunk columns] = scale * y[m, window a of every block] @ tile^T for each chunk that lands
-    in window a, GROUPS groups' chunks per dot. Grid as the forward's; splits own disjoint groups,
-    so every column of z is written by exactly one program and no reduction follows.
+    """One band's share of Z = Y S: out[m, chunk columns] = (partial[m, chunk columns] +) scale *
+    y[m, window a of the band's blocks] @ tile^T for each chunk that lands in window a in ``band``,
+    GROUPS groups' chunks per dot, over table groups [g_first, g_last). Column c of Z is column
+    c - out_col0 of ``out`` (c - partial_col0 of ``partial``). Grid: (cdiv(n, BLOCK_M) * A, splits);
+    splits own disjoint groups, so every output column is written by exactly one program, and the
+    caller adds the bands in order, one launch each (a chunk lands in different windows in
+    different bands, so no one program holds all of its terms).
 
     TILE_LEFT computes z^T = tile @ y^T instead: the stacked tile ([16 GROUPS, WIDTH]) is then the
     register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
@@ -261,9 +279,10 @@ def sparse_jl_windowed_transpose_kernel(
     has an N of 16 per group and a tile to stage through shared memory on every step."""
     window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
     offs_q = tl.arange(0, WIDTH)
-    columns = _window_columns(offs_q, window, windows, 0)
+    _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
+    columns = _window_columns(offs_q, window, windows, band, BLOCKS)
     y = tl.load(y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk,
-                mask=mask_m[:, None] & (offs_q // WINDOW < NNZ)[None, :], other=0.0)
+                mask=mask_m[:, None] & block_exists[None, :], other=0.0)
     # The y tile is loop-invariant: split (and transpose) it once.
     if FP32_PASSES > 0:
         hi, mid, lo = split_bf16x3(y)
@@ -278,11 +297,12 @@ def sparse_jl_windowed_transpose_kernel(
         hi = tl.trans(hi)
         mid = tl.trans(mid)
         lo = tl.trans(lo)
-    g_begin = pid_s * groups_per_split
-    g_end = tl.minimum(g_begin + groups_per_split, groups)
+    g_begin = g_first + pid_s * groups_per_split
+    g_end = tl.minimum(g_begin + groups_per_split, g_last)
     for group in range(g_begin, g_end, GROUPS):
-        cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, group, g_end, window, windows, group_base,
-                                            column_offset, d, offs_q, 0, NNZ, NNZ, GROUPS, not TILE_LEFT)
+        cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, group, g_end, window, windows, band,
+                                            group_base, column_offset, d, offs_q, NNZ, BLOCKS, BANDS, GROUPS,
+                                            not TILE_LEFT)
         tile = tile.to(DOT_DTYPE)
         if TILE_LEFT:
             z = tl.dot(tile, hi)
@@ -290,13 +310,23 @@ def sparse_jl_windowed_transpose_kernel(
                 z = tl.dot(tile, mid, z)
             if FP32_PASSES >= 3:
                 z = tl.dot(tile, lo, z)
-            tl.store(z_ptr + offs_m[None, :] * stride_zm + cols[:, None] * stride_zd,
-                     (z * scale).to(z_ptr.dtype.element_ty), mask=mask_m[None, :] & mask_d[:, None])
+            mask = mask_m[None, :] & mask_d[:, None]
+            z = z * scale
+            if ADD_PARTIAL:
+                z += tl.load(partial_ptr + offs_m[None, :] * stride_pm + (cols - partial_col0)[:, None] * stride_pd,
+                             mask=mask, other=0.0).to(tl.float32)
+            tl.store(out_ptr + offs_m[None, :] * stride_om + (cols - out_col0)[:, None] * stride_od,
+                     z.to(out_ptr.dtype.element_ty), mask=mask)
         else:
             z = tl.dot(hi, tile)
             if FP32_PASSES >= 2:
                 z = tl.dot(mid, tile, z)
             if FP32_PASSES >= 3:
                 z = tl.dot(lo, tile, z)
-            tl.store(z_ptr + offs_m[:, None] * stride_zm + cols[None, :] * stride_zd,
-                     (z * scale).to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+            mask = mask_m[:, None] & mask_d[None, :]
+            z = z * scale
+            if ADD_PARTIAL:
+                z += tl.load(partial_ptr + offs_m[:, None] * stride_pm + (cols - partial_col0)[None, :] * stride_pd,
+                             mask=mask, other=0.0).to(tl.float32)
+            tl.store(out_ptr + offs_m[:, None] * stride_om + (cols - out_col0)[None, :] * stride_od,
+                     z.to(out_ptr.dtype.element_ty), mask=mask)

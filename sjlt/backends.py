@@ -12,7 +12,9 @@
 - ``workspace_bytes`` (default 256 MiB): the most a forward projection may allocate for the float32
   partial sums of its d-splits (splits x n x k x 4 bytes), which let few rows with a long d fill
   the GPU. A smaller budget means fewer splits: less memory, less parallelism. Results are
-  bitwise reproducible for a given budget (the split count sets the order of the sums).
+  bitwise reproducible for a given budget (the split count sets the order of the sums). A
+  float16/bfloat16 transpose with nnz > 8 also keeps its float32 sums over the bands of blocks in
+  slabs of at most this size (at least 64 rows of one group of 16 * k / nnz columns).
 
 Both budgets are ints >= 0; anything else raises, naming the setting, the next time the engine
 reads it.

@@ -41,7 +41,9 @@ class SparseJL(torch.nn.Module):
                 "seed": self.seed, "nnz": self.nnz, "spec_version": spec.SPEC_VERSION}
 
     def set_extra_state(self, state):
-        if state.get("spec_version") not in spec.SPARSE_JL_SAME_SINCE:  # its nnz is in the state
+        same_since = spec.sparse_jl_same_since(state.get("out_features", self.out_features),
+                                               state.get("nnz", self.nnz))
+        if state.get("spec_version") not in same_since:
             raise RuntimeError(f"this SparseJL state was saved with spec version {state.get('spec_version')}, "
                                f"but sjlt implements spec version {spec.SPEC_VERSION}; the matrix would differ "
                                f"(docs/spec.md, version history). Re-create the module with this sjlt (same "

@@ -98,13 +98,16 @@ def _classic_hash(in_features, out_features, *, seed, nnz, column_offset, device
     return rows, negative
 
 
-def window_rotations(groups: torch.Tensor, windows: int, seed: int) -> torch.Tensor:
-    """R_g in [0, A): word 0 of Philox(counter=(g mod 2**32, g div 2**32, 0, DOMAIN_SPARSE_JL_GROUP)),
-    times A, >> 32. Chunk c = g*A + p of group g uses window (p + R_g) mod A in every block."""
+def window_rotations(groups: torch.Tensor, windows: int, seed: int, nnz: int) -> torch.Tensor:
+    """(len(groups), bands) rotations in [0, A): R_(g,b) = word (b mod 4) of Philox(counter=(g mod
+    2**32, g div 2**32, b div 4, DOMAIN_SPARSE_JL_GROUP)), times A, >> 32. In block t, chunk
+    c = g*A + p of group g uses window (p + R_(g, t div 8)) mod A: band b = blocks [8b, 8b + 8)."""
     k0, k1 = spec.philox_key(seed)
-    w0, _, _, _ = philox4x32_10(groups & _MASK32, groups >> 32, torch.zeros_like(groups),
-                                spec.DOMAIN_SPARSE_JL_GROUP, k0, k1)
-    return (w0 * windows) >> 32
+    band = torch.arange(spec.band_count(nnz), dtype=torch.int64, device=groups.device)
+    groups = groups[:, None]
+    words = _philox_word(philox4x32_10(groups & _MASK32, groups >> 32, band >> 2, spec.DOMAIN_SPARSE_JL_GROUP,
+                                       k0, k1), band & 3)
+    return (words * windows) >> 32
 
 
 def chunk_words(chunks: torch.Tensor, nnz: int, seed: int) -> torch.Tensor:
@@ -142,7 +145,7 @@ def _windowed_hash(in_features, out_features, *, seed, nnz, column_offset, devic
     chunks = torch.arange(first_chunk, last_chunk + 1, dtype=torch.int64, device=device)
     groups = torch.arange(first_chunk // windows, last_chunk // windows + 1, dtype=torch.int64, device=device)
     return windowed_rows(in_features, column_offset, chunk_words(chunks, nnz, seed),
-                         window_rotations(groups, windows, seed), first_chunk, first_chunk // windows,
+                         window_rotations(groups, windows, seed, nnz), first_chunk, first_chunk // windows,
                          out_features, nnz)
 
 
@@ -150,16 +153,17 @@ def windowed_rows(in_features: int, column_offset: int, words: torch.Tensor, rot
                   chunk_base: int, group_base: int, out_features: int, nnz: int):
     """(rows, negative) of the windowed layout for columns [column_offset, column_offset +
     in_features), from the chunk words (nnz, chunks from chunk_base) and the group rotations
-    (groups from group_base), as uint32 values in int64. Column j = 16c + i (chunk c, i < 16),
-    c = g*A + p (group g, p < A), A = k / (16 nnz): nonzero t sits at row
-    t*16A + 16*((p + R_g) mod A) + (i XOR m), m = word & 15, negative = bit 16 + i of the word.
-    Columns of a chunk never share a row within a block."""
+    (groups from group_base, bands), as uint32 values in int64. Column j = 16c + i (chunk c,
+    i < 16), c = g*A + p (group g, p < A), A = k / (16 nnz): nonzero t sits at row
+    t*16A + 16*((p + R_(g, t div 8)) mod A) + (i XOR m), m = word & 15, negative = bit 16 + i of
+    the word. Columns of a chunk never share a row within a block."""
     windows = spec.windows_per_block(out_features, nnz)
     cols = torch.arange(column_offset, column_offset + in_features, dtype=torch.int64, device=words.device)
     chunk, lane = cols // spec.WINDOW, cols % spec.WINDOW
     words = words[:, chunk - chunk_base]
-    window = (chunk % windows + rotations[chunk // windows - group_base]) % windows
     t = torch.arange(nnz, dtype=torch.int64, device=cols.device)[:, None]
+    rotation = rotations[chunk // windows - group_base][:, t[:, 0] // spec.BAND].t()  # (nnz, columns)
+    window = (chunk % windows + rotation) % windows
     rows = (t * windows + window) * spec.WINDOW + (lane ^ (words & (spec.WINDOW - 1)))
     negative = ((words >> (16 + lane)) & 1).bool()
     return rows, negative

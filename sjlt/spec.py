@@ -9,12 +9,9 @@ import math
 import numbers
 
 #: Format version of every stream below. Bump it on any change to the distribution.
-SPEC_VERSION = 4
+SPEC_VERSION = 5
 #: The versions whose seeded-dropout stream is the current one (it has not changed since v1).
-DROPOUT_SAME_SINCE = (1, 2, 3, 4)
-#: The versions whose SJLT matrix for a given (seed, in_features, out_features, nnz) is the current
-#: one: v4 changed only the default nnz, which saved modules and outputs record.
-SPARSE_JL_SAME_SINCE = (3, 4)
+DROPOUT_SAME_SINCE = (1, 2, 3, 4, 5)
 
 #: Philox counter word c3 for each consumer: distinct values keep the SJLT and dropout streams
 #: disjoint under the same seed. ASCII 'SJLT' and 'DROP'.
@@ -38,6 +35,8 @@ GF16_POLYNOMIAL = 0b10011
 
 #: Columns per chunk and rows per window of the windowed layout.
 WINDOW = 16
+#: Blocks per band of the windowed layout: each band of a group has its own window rotation (v5).
+BAND = 8
 
 #: The floating-point dtypes sjlt projects, by name: the one list of the package (torch's dtypes
 #: of these names are in ``sjlt._dtypes``).
@@ -120,6 +119,25 @@ def is_windowed(out_features: int, nnz: int) -> bool:
 def windows_per_block(out_features: int, nnz: int) -> int:
     """A, the number of 16-row windows in each of the nnz blocks of the windowed layout."""
     return out_features // (WINDOW * nnz)
+
+
+def band_count(nnz: int) -> int:
+    """Bands of the windowed layout: blocks [8b, 8b + 8) form band b, whose window rotation is
+    drawn apart from the other bands' (docs/spec.md, 2b)."""
+    return -(-nnz // BAND)
+
+
+def sparse_jl_same_since(out_features: int, nnz: int) -> tuple[int, ...]:
+    """The spec versions whose SJLT matrix for this (out_features, nnz), at a given seed, is the
+    current one: saved modules and outputs of other versions must refuse to load. v3 redrew the
+    windowed masks; v4 changed only the default nnz, which saves record; v5 gave each band of 8
+    blocks its own rotation, which changes windowed matrices with nnz > 8 only. Malformed values
+    trust the current version alone."""
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in (out_features, nnz)):
+        return (SPEC_VERSION,)
+    if is_windowed(out_features, nnz) and nnz > BAND:
+        return (5,)
+    return (3, 4, 5)
 
 
 def resolve_nnz(nnz, out_features: int) -> int:

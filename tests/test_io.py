@@ -122,3 +122,8 @@ def test_outputs_of_an_older_stream_spec_refuse_to_load(tmp_path):
     assert read_provenance(tmp_path / "out.npy", current_spec=False)["spec_version"] == 2
     project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=16, seed=1, overwrite=True))
     assert read_provenance(tmp_path / "out.npy")["spec_version"] == spec.SPEC_VERSION
+    record = json.loads(sidecar.read_text())
+    record.update(spec_version=4, out_features=4096, nnz=16)  # v5 redrew windowed matrices with nnz > 8
+    sidecar.write_text(json.dumps(record))
+    with pytest.raises(FileProjectionError, match="version 4.*project the input again"):
+        read_provenance(tmp_path / "out.npy")

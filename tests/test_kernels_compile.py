@@ -52,26 +52,35 @@ def _variants():
                                              "column_offset": I64, "key0": key, "key1": key}, hash_const)
     for dtype, passes, dot in [("fp32", 3, tl.bfloat16), ("fp32", 2, tl.bfloat16), ("fp32", 1, tl.bfloat16),
                                ("bf16", 0, tl.bfloat16), ("fp16", 0, tl.float16)]:
-        for nnz, width, block_m in [(32, 512, 32), (16, 256, 64), (16, 256, 32), (8, 128, 128), (3, 64, 32),
-                                    (1, 16, 16)]:
-            const = {"NNZ": nnz, "FP32_PASSES": passes, "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": width}
+        for nnz, block_m in [(32, 32), (24, 64), (16, 64), (16, 32), (12, 64), (8, 128), (3, 32), (1, 16)]:
+            blocks = windowed._band_blocks(nnz)
+            const = {"NNZ": nnz, "BLOCKS": blocks, "BANDS": spec.band_count(nnz), "FP32_PASSES": passes,
+                     "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": windowed._width(nnz)}
             common = {"words_ptr": "*i32", "rotations_ptr": "*i32", "n": I32, "d": I64, "column_offset": I64,
-                      "group_base": I64, "groups": I32, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
+                      "group_base": I64, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants
                 const.update(windows=1, groups_per_split=1, scale=1.0)
-            parts = windowed._forward_parts(torch_dtypes[dtype], nnz, 2 * block_m)
-            groups, unroll, _ = windowed._forward_steps(torch_dtypes[dtype], nnz // parts, block_m)
-            yield ("sparse_jl_windowed_forward_kernel",
-                   {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
-                    "stride_om": I64, "stride_ok": I32, "stride_split": I64},
-                   {**const, "WIDTH": width // parts, "GROUPS": groups, "UNROLL": unroll, "PARTS": parts,
-                    "PROMOTE_EVERY": promote_every(passes, 1000, Tiling())})
-            yield ("sparse_jl_windowed_transpose_kernel",
-                   {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
-                    "stride_zm": I64, "stride_zd": I32}, {**const, "GROUPS": windowed._TRANSPOSE_GROUPS,
-                                                      "TILE_LEFT": windowed._TRANSPOSE_TILE_LEFT})
-    for nnz in (8, 3, 1):
-        const = {"NNZ": nnz, "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
+            for groups, unroll, _ in sorted({windowed._forward_steps(torch_dtypes[dtype], 1),
+                                             windowed._forward_steps(torch_dtypes[dtype], 10**6)}):
+                yield ("sparse_jl_windowed_forward_kernel",
+                       {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,
+                        "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
+                       {**const, "GROUPS": groups, "UNROLL": unroll,
+                        "PROMOTE_EVERY": promote_every(passes, 1000, Tiling())})
+            # The transpose's band passes: the first stores, the later ones add to float32 sums (a
+            # half type's workspace until the last band rounds into z).
+            band_passes = [(dtype, False)] if spec.band_count(nnz) == 1 else [
+                (out, add) for out in sorted({dtype, "fp32"}) for add in (False, True)]
+            for out_type, add_partial in band_passes:
+                yield ("sparse_jl_windowed_transpose_kernel",
+                       {"y_ptr": f"*{dtype}", "out_ptr": f"*{out_type}", "partial_ptr": "*fp32", **common,
+                        "g_first": I32, "g_last": I32, "band": I32, "out_col0": I64, "partial_col0": I64,
+                        "stride_ym": I64, "stride_yk": I32, "stride_om": I64, "stride_od": I32, "stride_pm": I64,
+                        "stride_pd": I32},
+                       {**const, "GROUPS": windowed._TRANSPOSE_GROUPS, "TILE_LEFT": windowed._TRANSPOSE_TILE_LEFT,
+                        "ADD_PARTIAL": add_partial})
+    for nnz in (32, 16, 8, 3, 1):
+        const = {"NNZ": nnz, "BANDS": spec.band_count(nnz), "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
                  "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}
         if nnz == 1:
             const.update(key0=1, key1=1, windows=1)

@@ -23,9 +23,10 @@ SHAPES = [
     (5, 1000, 1024, 8, 7, 2**40 + 3),  # windowed, A = 8
     (9, 77, 48, 3, 2**33 + 5, 6),  # windowed, A = 1, nnz not a power of two
     (130, 40, 32, 2, 0, 31),  # windowed, several row tiles, d < one group
-    (20, 600, 4096, 16, 2**33 + 1, 8),  # windowed, nnz 16 (WIDTH 256), A = 16
-    (70, 333, 2048, 16, 5, 9),  # nnz 16 with > 32 rows: half types run two programs per window on a GPU
-    (4, 300, 512, 32, 5, 77),  # nnz 32: masks repeat every 16 blocks (t mod 16)
+    (20, 600, 4096, 16, 2**33 + 1, 8),  # windowed, nnz 16 (two bands), A = 16
+    (70, 333, 2048, 16, 5, 9),  # nnz 16, several row tiles: two bands
+    (4, 300, 512, 32, 5, 77),  # nnz 32: masks repeat every 16 blocks (t mod 16), four bands
+    (6, 500, 384, 12, 3, 21),  # nnz 12: a short last band (blocks 8-11)
 ]
 
 
@@ -79,16 +80,37 @@ def test_windowed_forward_steps_match_reference(kernel_device, rng, steps, dtype
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("parts", [2, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("k,nnz,splits", [(512, 8, 1), (4096, 16, 3)])
-def test_windowed_forward_block_parts_match_reference(kernel_device, rng, k, nnz, splits, dtype, parts):
-    """Programs that own a part of the blocks of their window: the same Y."""
+@pytest.mark.parametrize("k,nnz,splits", [(4096, 16, 3), (1152, 24, 1), (384, 12, 2)])
+def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, dtype):
+    """Programs per band (spec v5: each band of 8 blocks has its own rotation), including a short
+    last band, with d-splits: the forward, and the transpose's band passes adding in order."""
     n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
-    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, Tiling(splits=splits, parts=parts))
+    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, Tiling(splits=splits))
     assert _relative_error(got, want) <= TOLERANCE[dtype]
+    y = torch.randn(n, k, generator=rng).to(dtype)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(splits=splits))
+    assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("budget,slab", [(0, (64, 1)), (40_000, (64, 4)), (1 << 30, (150, 94))])
+def test_half_type_transpose_band_sums_fit_the_workspace(kernel_device, rng, monkeypatch, budget, slab):
+    """A bfloat16 transpose with two bands keeps its float32 band sums in slabs of rows and groups
+    within sjlt.backends.workspace_bytes (at least 64 rows of one group): every slab shape gives
+    the reference's Z, and no slab exceeds the budget or that minimum."""
+    monkeypatch.setattr("sjlt.backends.workspace_bytes", budget)
+    n, d, k, nnz, offset, seed = 150, 3001, 512, 16, 37, 5
+    windows = spec.windows_per_block(k, nnz)  # 2: a group is 32 columns; 94 groups hold the input
+    assert windowed._transpose_slab(n, windows, 94) == slab
+    rows, slab_groups = slab
+    assert rows * slab_groups * 16 * windows * 4 <= max(budget, 64 * 16 * windows * 4)
+    y = torch.randn(n, k, generator=rng).to(torch.bfloat16)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset)
+    assert _relative_error(got, want) <= TOLERANCE[torch.bfloat16]
 
 
 @pytest.mark.parametrize("promote_every", [0, 1, 3])
@@ -247,6 +269,14 @@ def test_bad_byte_budgets_are_clear_errors(monkeypatch, name, value, error):
     assert backends.byte_budget(name) == 0
 
 
+def test_forward_steps_rule():
+    """Half types take four groups per dot; float32 two one-group dots per step while a program has
+    fewer than 256 groups, then four groups per dot (the H100 sweep in benchmarks/RESULTS.md)."""
+    rule = windowed._forward_steps
+    assert rule(torch.bfloat16, 1) == rule(torch.float16, 10**6) == (4, 1, 1)
+    assert rule(torch.float32, 255) == (1, 2, 3) and rule(torch.float32, 256) == (4, 1, 1)
+
+
 def test_promotion_rule():
     """Exact float32 adds runs of PROMOTE_EVERY steps apart once a program has more steps than that;
     other modes and half types keep one accumulator; a Tiling overrides."""
@@ -257,15 +287,6 @@ def test_promotion_rule():
     assert promote_every(2, 10**6, Tiling()) == promote_every(0, 10**6, Tiling()) == 0
     assert promote_every(3, 10**6, Tiling(promote_every=0)) == 0
     assert promote_every(0, 1, Tiling(promote_every=3)) == 3
-
-
-def test_forward_parts_rule():
-    """Two programs per window for the half-type forward at nnz 16 with more than 32 rows; one
-    otherwise (float32, nnz 8, few rows, odd nnz)."""
-    rule = windowed._forward_parts
-    assert rule(torch.bfloat16, 16, 4096) == rule(torch.float16, 16, 33) == 2
-    assert rule(torch.float32, 16, 4096) == rule(torch.bfloat16, 8, 4096) == 1
-    assert rule(torch.bfloat16, 16, 32) == rule(torch.bfloat16, 15, 4096) == rule(torch.bfloat16, 32, 4096) == 1
 
 
 class _FakeCuda:

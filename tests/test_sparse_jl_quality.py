@@ -105,3 +105,38 @@ def test_windowed_layout_structure():
     for a, b in [(masks[:, 1:], masks[:, :-1]), (masks[1:], masks[:-1])]:
         agree = (a == b).double().mean()
         assert abs(float(agree) - 1 / 16) < 5 * math.sqrt((1 / 16) / a.numel())
+
+
+def test_windowed_bands_rotate_independently():
+    """Spec v5: blocks [8b, 8b + 8) form band b, and each (group, band) draws its own rotation.
+    Within a band a chunk keeps one window and a group's chunks take all A windows; across bands
+    a chunk's windows agree with probability 1/A, and two chunks of different groups that share
+    their window in band 0 share it in band 1 with probability 1/A, not always (v4)."""
+    d, nnz = 2**17, 24
+    k = 16 * 8 * nnz  # A = 8 windows per block, three bands
+    windows = spec.windows_per_block(k, nnz)
+    rows, _ = reference.sparse_jl_hash(d, k, seed=11, nnz=nnz)
+    t = torch.arange(nnz)[:, None]
+    window = ((rows - t * (k // nnz)) // 16).reshape(nnz, d // 16, 16)[:, :, 0]  # (block, chunk)
+    for band in range(spec.band_count(nnz)):
+        in_band = window[8 * band:8 * band + 8]
+        assert bool((in_band == in_band[:1]).all())
+        per_group = in_band[0].reshape(-1, windows)
+        assert bool((per_group.sort(-1).values == torch.arange(windows)).all())
+    first, second = window[0], window[8]
+    assert stats.binomtest(int((first == second).sum()), first.numel(), 1 / windows).pvalue > 1e-4
+    chunks = torch.arange(d // 16)
+    other = (chunks + windows * 5) % (d // 16)  # a chunk five groups on
+    shared = first == first[other]
+    assert stats.binomtest(int((second[shared] == second[other][shared]).sum()), int(shared.sum()),
+                           1 / windows).pvalue > 1e-4
+
+
+def test_band_zero_is_the_v4_matrix():
+    """Band 0's rotation is v4's R_g, so matrices with nnz <= 8 are unchanged since v3 and saved
+    states of them keep loading (spec.sparse_jl_same_since)."""
+    groups = torch.arange(1000, dtype=torch.int64)
+    assert torch.equal(reference.window_rotations(groups, 7, 3, 16)[:, 0],
+                       reference.window_rotations(groups, 7, 3, 8)[:, 0])
+    assert spec.sparse_jl_same_since(1024, 8) == spec.sparse_jl_same_since(100, 13) == (3, 4, 5)
+    assert spec.sparse_jl_same_since(4096, 16) == spec.sparse_jl_same_since(384, 12) == (5,)

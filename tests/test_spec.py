@@ -8,7 +8,7 @@ from sjlt import reference, spec
 
 
 def test_spec_version_is_exposed():
-    assert sjlt.SPEC_VERSION == spec.SPEC_VERSION == 4
+    assert sjlt.SPEC_VERSION == spec.SPEC_VERSION == 5
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1, np.uint64(7), np.int64(3)])
@@ -42,7 +42,7 @@ def test_streams_stay_independent_under_the_same_seed():
                             spec.DOMAIN_SPARSE_JL_GROUP)}
     assert torch.equal(rows[0], (words[spec.DOMAIN_SPARSE_JL] * k) >> 32)  # the documented formula
     assert torch.equal(reference.chunk_words(g, 1, seed)[0], words[spec.DOMAIN_SPARSE_JL_WINDOW])
-    assert torch.equal(reference.window_rotations(g, 7, seed), (words[spec.DOMAIN_SPARSE_JL_GROUP] * 7) >> 32)
+    assert torch.equal(reference.window_rotations(g, 7, seed, 1)[:, 0], (words[spec.DOMAIN_SPARSE_JL_GROUP] * 7) >> 32)
     values = list(words.values())
     for i in range(len(values)):
         for j in range(i):
@@ -84,3 +84,17 @@ def test_seed_from_key_inverts_philox_key():
 def test_numpy_float_dtypes_are_the_float_dtypes_numpy_has():
     assert spec.NUMPY_FLOAT_DTYPES == ("float16", "float32", "float64")
     assert set(spec.NUMPY_FLOAT_DTYPES) < set(spec.FLOAT_DTYPES)
+
+
+def test_band_rotations_follow_the_spec():
+    """R_(g,b) = word (b mod 4) of Philox(counter=(g mod 2**32, g div 2**32, b div 4, 'SJLG')),
+    times A, >> 32 (docs/spec.md 2b), for five bands (nnz 40), groups past 2**32."""
+    seed, windows = 2**40 + 1, 5
+    k0, k1 = spec.philox_key(seed)
+    g = torch.arange(2**32 - 150, 2**32 + 150, dtype=torch.int64)
+    rotations = reference.window_rotations(g, windows, seed, 40)
+    assert rotations.shape == (300, spec.band_count(40)) == (300, 5)
+    for band in range(5):
+        words = reference.philox4x32_10(g & 0xFFFFFFFF, g >> 32, torch.full_like(g, band // 4),
+                                        spec.DOMAIN_SPARSE_JL_GROUP, k0, k1)
+        assert torch.equal(rotations[:, band], (words[band % 4] * windows) >> 32)

@@ -137,6 +137,17 @@ def test_sparse_jl_state_of_an_older_spec_refuses_to_load_and_says_what_to_do():
         sjlt.SparseJL(64, 32, seed=1).load_state_dict(state)
 
 
+@pytest.mark.parametrize("version", [3, 4])
+def test_sparse_jl_state_with_two_bands_from_before_v5_refuses_to_load(version):
+    """v5 gave each band of 8 blocks its own rotation: a windowed matrix with nnz > 8 saved under
+    v3 or v4 is not the current one, so its state refuses; nnz <= 8 ones load (the next test)."""
+    state = sjlt.SparseJL(1024, 4096, seed=1).state_dict()
+    assert state["_extra_state"]["nnz"] == 16
+    state["_extra_state"]["spec_version"] = version
+    with pytest.raises(RuntimeError, match=f"spec version {version}.*Re-create the module"):
+        sjlt.SparseJL(1024, 4096, seed=1).load_state_dict(state)
+
+
 def test_sparse_jl_state_of_spec_v3_keeps_its_recorded_nnz():
     """v4 changed only the default nnz from k = 2048 on (8 -> 16): a v3 state names its nnz, so it
     loads and keeps the v3 matrix."""

@@ -85,7 +85,7 @@ def read_provenance(path, *, current_spec: bool = True) -> dict | None:
     """The projection record of a ``.npy`` (from its sidecar ``PATH.json``) or parquet output, or
     None when it has none. Raises OSError (or pyarrow's error) for an unreadable file, and with
     ``current_spec`` (the default) FileProjectionError for an output made under a stream spec
-    version whose matrix this sjlt no longer reproduces (spec.SPARSE_JL_SAME_SINCE)."""
+    version whose matrix this sjlt no longer reproduces (spec.sparse_jl_same_since)."""
     path = Path(path)
     if path.name.lower().endswith(".npy"):
         sidecar = path.with_name(path.name + ".json")
@@ -96,7 +96,8 @@ def read_provenance(path, *, current_spec: bool = True) -> dict | None:
         record = _parquet_record(path)
     if not is_projection_record(record):
         return None
-    if current_spec and record["spec_version"] not in spec.SPARSE_JL_SAME_SINCE:  # nnz is recorded
+    if current_spec and record["spec_version"] not in spec.sparse_jl_same_since(record["out_features"],
+                                                                                 record["nnz"]):
         raise FileProjectionError(
             f"{path} was projected under sjlt's stream spec version {record['spec_version']}, but this sjlt "
             f"implements version {spec.SPEC_VERSION}, whose matrix differs (docs/spec.md, version history): "

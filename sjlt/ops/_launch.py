@@ -68,15 +68,13 @@ class Tiling(NamedTuple):
     the classic layout, (BLOCK_M,) for the windowed one; ``num_stages`` and ``steps``: the windowed
     kernels only, ``steps`` being (groups per dot, dots per loop step) for the forward and (groups
     per dot[, stacked tile as the left operand]) for the transpose; ``promote_every``: the
-    forwards' steps per separately rounded run (:func:`promote_every`); ``parts``: windowed forward
-    programs per (row tile, window), each owning nnz / parts of the blocks."""
+    forwards' steps per separately rounded run (:func:`promote_every`)."""
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None
     num_stages: int | None = None
     steps: tuple | None = None
     promote_every: int | None = None
-    parts: int | None = None
 
 
 #: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from .. import _buffers, spec
+from .. import _buffers, backends, spec
 from .._backend import triton_interpreting
 from ._launch import Tiling, dot_config, forward_output, promote_every, splits_to_fill, sum_splits
 
@@ -14,7 +14,7 @@ from ._launch import Tiling, dot_config, forward_output, promote_every, splits_t
 class WindowTables(NamedTuple):
     """Per-call tables of the windowed layout for whole groups [group_base, group_base + groups)."""
     words: torch.Tensor  # (groups * windows, nnz) int32: mask and signs of each (chunk, block)
-    rotations: torch.Tensor  # (groups,) int32: R_g
+    rotations: torch.Tensor  # (groups, bands) int32: R_(g,b)
     group_base: int
     groups: int
     windows: int
@@ -53,18 +53,23 @@ def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offse
     group_base = first_chunk // windows
     groups = last_chunk // windows - group_base + 1
     words = _buffers.empty((groups * windows, nnz), torch.int32, device)
-    rotations = _buffers.empty((groups,), torch.int32, device)
+    rotations = _buffers.empty((groups, spec.band_count(nnz)), torch.int32, device)
     block = 256
     window_table_kernel[(math.ceil(groups * windows / block),)](
-        words, rotations, group_base, groups, windows, key0, key1, NNZ=nnz,
+        words, rotations, group_base, groups, windows, key0, key1, NNZ=nnz, BANDS=spec.band_count(nnz),
         DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW, DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP, BLOCK=block,
     )
     return WindowTables(words, rotations, group_base, groups, windows)
 
 
+def _band_blocks(nnz: int) -> int:
+    """Blocks per program: a program owns one band (spec v5, docs/spec.md 2b)."""
+    return min(nnz, spec.BAND)
+
+
 def _width(nnz: int) -> int:
-    """Accumulator columns per program: one window per block, padded to a power of two."""
-    return spec.WINDOW * (1 << (nnz - 1).bit_length())
+    """Accumulator columns per program: one window per block of a band, padded to a power of two."""
+    return spec.WINDOW * (1 << (_band_blocks(nnz) - 1).bit_length())
 
 
 def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
@@ -80,21 +85,21 @@ def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
     return max(16, min(rows, (32 if float32_transpose else 64) * 256 // width))
 
 
-def _forward_steps(dtype: torch.dtype, nnz: int, block_m: int) -> tuple[int, int, int]:
-    """(groups per dot, dots per loop step, pipeline stages) of the forward, from the H100 sweep
-    (``python benchmarks/sweep_windowed.py``, benchmarks/RESULTS.md): half types run fastest with
-    four groups in one dot and no software pipelining; float32, whose three-pass split already
-    fills the step, with two one-group dots at nnz <= 8 and one four-group dot up to 16 when a
-    program has 64 rows (with 32 rows and two warps the four-group dot pipelined ran 3x slower, and
-    two one-group dots run fastest). Beyond nnz 16 (WIDTH 512) a four-group tile spills: 24-26x
-    slower than the steps below."""
-    if dtype != torch.float32:
-        return (4, 1, 1) if nnz <= 16 else (2, 1, 1)
-    if nnz <= 8:
-        return 1, 2, 3
-    if nnz <= 16:  # 32-row programs (n <= 32): two one-group dots, 1.12x faster than four groups
-        return (4, 1, 3) if block_m >= 64 else (1, 2, 3)
-    return 1, 1, 3
+def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, int, int]:
+    """(groups per dot, dots per loop step, pipeline stages) of the forward, whose programs own at
+    most 8 blocks (one band), from the H100 sweep (``python benchmarks/sweep_windowed.py``,
+    benchmarks/RESULTS.md): half types run fastest with four groups in one dot and no software
+    pipelining; float32, whose three-pass split already fills a step, with two one-group dots
+    while a program has few groups (d = 1024-16384: 128 or fewer), and with one four-group dot
+    over long runs (1.27-1.36x faster at d = 2**17 and 2**20, where runs of 64 steps are summed
+    apart, :data:`PROMOTE_EVERY`)."""
+    if dtype != torch.float32 or groups_per_program >= _LONG_RUN_GROUPS:
+        return 4, 1, 1
+    return 1, 2, 3
+
+
+#: Groups per program from which the float32 forward takes four groups per dot.
+_LONG_RUN_GROUPS = 256
 
 
 #: The transpose's step: four groups' chunks per dot, computed as z^T = tile @ y^T so that the
@@ -112,60 +117,47 @@ def _num_warps(block_m: int, width: int, transpose: bool = False) -> int:
     return 4 if block_m >= 64 or (transpose and width >= 256) else 2
 
 
-def _forward_parts(dtype: torch.dtype, nnz: int, n: int) -> int:
-    """Programs per (row tile, window) in the forward, each owning nnz / parts of the blocks. The
-    half-type forward at nnz 16 holds a 64 x 256 accumulator and tile (253 registers a thread, two
-    programs per SM, latency-bound: benchmarks/NOTES.md, design 6); two programs of 128 columns,
-    which read the same chunks through L2, ran 1.06-1.36x faster at n >= 1024 rows (H100 sweep,
-    ``sweep_windowed.py --parts 2``). float32, nnz 8, four parts and n <= 32 ran slower."""
-    if dtype != torch.float32 and 8 < nnz <= 16 and nnz % 2 == 0 and n > 32:
-        return 2
-    return 1
-
-
-def _grid(x: torch.Tensor, nnz: int, tables: WindowTables, splits=None, block_m=None,
-          out_features: int | None = None, parts: int = 1):
-    """(BLOCK_M, WIDTH, row tiles * A * parts, splits, groups per split) for the (n, .) input
-    ``x``; ``out_features``: k for the forward, whose splits produce (n, k) partials to be summed;
-    ``parts``: programs per (row tile, window), each owning nnz / parts of the blocks."""
+def _grid(x: torch.Tensor, nnz: int, groups: int, windows: int, splits=None, block_m=None,
+          out_features: int | None = None, bands: int = 1):
+    """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
+    ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
+    (n, k) partials to be summed; ``bands``: programs per (row tile, window)."""
     summed = out_features is not None
     n = x.shape[0]
-    width = _width(nnz // parts)
+    width = _width(nnz)
     block_m = block_m or _block_m(n, width, float32_transpose=not summed and x.dtype == torch.float32)
-    tiles = math.ceil(n / block_m) * tables.windows * parts
+    tiles = math.ceil(n / block_m) * windows * bands
     if splits is None:
         # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
         # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
-        splits = splits_to_fill(tiles, tables.groups // 16, 8, x.device,
+        splits = splits_to_fill(tiles, groups // 16, 8, x.device,
                                 (x.numel() * x.element_size(), n * out_features * 4) if summed else None)
-    per_split = math.ceil(tables.groups / splits)
-    return block_m, width, tiles, math.ceil(tables.groups / per_split), per_split
+    per_split = math.ceil(groups / splits)
+    return block_m, width, tiles, math.ceil(groups / per_split), per_split
 
 
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
             tiling: Tiling = Tiling()) -> torch.Tensor:
-    """Y = x S^T: a program owns window a of every block (or of nnz / parts of them) for a row tile
-    and multiplies, per group, the one chunk that lands there by its signed-permutation tile,
-    several groups per step."""
+    """Y = x S^T: a program owns window a of one band's blocks for a row tile and multiplies, per
+    group, the one chunk that lands there by its signed-permutation tile, several groups per step."""
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_forward_kernel
 
     n, d = x.shape
     tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
-    parts = tiling.parts or _forward_parts(x.dtype, nnz, n)
-    if nnz % parts:
-        raise ValueError(f"Tiling.parts={parts} must divide nnz={nnz}")
+    bands = spec.band_count(nnz)
     block_m, width, tiles, splits, per_split = _grid(
-        x, nnz, tables, tiling.splits, tiling.blocks[0] if tiling.blocks else None, out_features, parts)
+        x, nnz, tables.groups, tables.windows, tiling.splits, tiling.blocks[0] if tiling.blocks else None,
+        out_features, bands)
     out, stride_split = forward_output(n, out_features, splits, x)
     fp32_passes, dot_type = dot_config(x.dtype)
-    groups_per_dot, unroll, stages = _forward_steps(x.dtype, nnz // parts, block_m)
+    groups_per_dot, unroll, stages = _forward_steps(x.dtype, per_split)
     groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
         per_split, tables.windows, 1.0 / math.sqrt(nnz),
         x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
-        NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        GROUPS=groups_per_dot, UNROLL=unroll, PARTS=parts,
+        NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type,
+        BLOCK_M=block_m, WIDTH=width, GROUPS=groups_per_dot, UNROLL=unroll,
         PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
         num_warps=tiling.num_warps or _num_warps(block_m, width),
         num_stages=tiling.num_stages or stages,
@@ -175,25 +167,68 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
 
 def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
               column_offset: int, tiling: Tiling = Tiling()) -> torch.Tensor:
-    """Z = y S: splits own disjoint groups, so every column of Z is written by one program."""
-    from ..kernels.sparse_jl_windowed import sparse_jl_windowed_transpose_kernel
-
+    """Z = y S, one launch per band (a chunk's terms lie in a different window in each band), each
+    adding its terms to the sum of the bands before it in float32: Z itself for float32, else a
+    float32 workspace of at most ``sjlt.backends.workspace_bytes`` per slab of rows and groups,
+    with the last band rounding into Z. Splits own disjoint groups, so every column is written by
+    one program per launch."""
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
-    block_m, width, tiles, splits, per_split = _grid(y, nnz, tables, tiling.splits,
-                                                     tiling.blocks[0] if tiling.blocks else None)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
+    bands = spec.band_count(nnz)
+    if bands == 1 or y.dtype == torch.float32:
+        for band in range(bands):
+            _transpose_band(y, z, z, 0, 0, tables, band, nnz, in_features, column_offset, 0, tables.groups, tiling)
+        return z
+    rows, groups = _transpose_slab(n, tables.windows, tables.groups)
+    chunk = spec.WINDOW * tables.windows  # input columns per group
+    first_column = tables.group_base * chunk - column_offset  # of table group 0, in z (may be < 0)
+    for r0 in range(0, n, rows):
+        y_rows, z_rows = y[r0:r0 + rows], z[r0:r0 + rows]
+        for g0 in range(0, tables.groups, groups):
+            g1 = min(g0 + groups, tables.groups)
+            col0 = max(0, first_column + g0 * chunk)
+            width = min(in_features, first_column + g1 * chunk) - col0
+            sums = _buffers.empty((y_rows.shape[0], width), torch.float32, y.device)
+            for band in range(bands):
+                last = band == bands - 1
+                _transpose_band(y_rows, z_rows if last else sums, sums, 0 if last else col0, col0, tables, band,
+                                nnz, in_features, column_offset, g0, g1, tiling)
+    return z
+
+
+def _transpose_slab(n: int, windows: int, groups: int) -> tuple[int, int]:
+    """(rows, groups) of a slab of the half-type transpose whose float32 band sums fit
+    ``sjlt.backends.workspace_bytes``: all rows and as many groups as fit, else fewer rows (at
+    least 64) and one group."""
+    budget = backends.byte_budget("workspace_bytes")
+    group_bytes = spec.WINDOW * windows * 4  # one row of one group's columns
+    rows = min(n, max(64, budget // (group_bytes * groups)))
+    rows = n if rows >= n else max(64, rows // 64 * 64)
+    return rows, max(1, min(groups, budget // (group_bytes * rows)))
+
+
+def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTables, band: int, nnz: int,
+                    in_features: int, column_offset: int, g_first: int, g_last: int, tiling: Tiling):
+    """One launch of the transpose kernel: band ``band``'s terms of z's columns of table groups
+    [g_first, g_last), added (after band 0) to ``partial`` and written to ``out``; z's column c is
+    column c - out_col0 of ``out`` and c - partial_col0 of ``partial``."""
+    from ..kernels.sparse_jl_windowed import sparse_jl_windowed_transpose_kernel
+
+    n = y.shape[0]
+    block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits,
+                                                     tiling.blocks[0] if tiling.blocks else None)
     fp32_passes, dot_type = dot_config(y.dtype)
     steps = tiling.steps or (_TRANSPOSE_GROUPS,)  # (groups per dot[, tile on the left])
-    groups_per_dot = steps[0]
     tile_left = bool(steps[1]) if len(steps) > 1 else _TRANSPOSE_TILE_LEFT
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
-        y, tables.words, tables.rotations, z, n, in_features, column_offset, tables.group_base,
-        tables.groups, per_split, tables.windows, 1.0 / math.sqrt(nnz),
-        y.stride(0), y.stride(1), z.stride(0), z.stride(1),
-        NNZ=nnz, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width,
-        GROUPS=groups_per_dot, TILE_LEFT=tile_left,
+        y, tables.words, tables.rotations, out, partial, n, in_features, column_offset,
+        tables.group_base, g_first, g_last, per_split, tables.windows, band, out_col0, partial_col0,
+        1.0 / math.sqrt(nnz),
+        y.stride(0), y.stride(1), out.stride(0), out.stride(1), partial.stride(0), partial.stride(1),
+        NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=spec.band_count(nnz), FP32_PASSES=fp32_passes,
+        DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width, GROUPS=steps[0], TILE_LEFT=tile_left,
+        ADD_PARTIAL=band > 0,
         num_warps=tiling.num_warps or _num_warps(block_m, width, transpose=True),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
-    return z
