@@ -138,19 +138,31 @@ def _window_columns(offs_q, window, windows, band, BLOCKS: tl.constexpr):
 
 
 @triton.jit
-def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
+def _slot_group(order_ptr, slot, last, SORTED: tl.constexpr):
+    """The table group at position ``slot`` (clamped to ``last``): the slot itself, or with SORTED
+    its entry in the order table."""
+    slot = tl.minimum(slot, last)
+    if SORTED:
+        return tl.load(order_ptr + slot)
+    return slot
+
+
+@triton.jit
+def _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first_group, g_end, window, windows, band, group_base,
                    column_offset, d, offs_q, NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr,
-                   GROUPS: tl.constexpr, TRANSPOSED: tl.constexpr):
-    """The chunks at ``window`` in ``band`` of groups first_group .. first_group + GROUPS - 1, side by side:
-    their 16 * GROUPS local columns, which of them exist (in [0, d), group before g_end), and
-    their signed-permutation tiles stacked to match ([16 * GROUPS, WIDTH], or its transpose), so
+                   GROUPS: tl.constexpr, TRANSPOSED: tl.constexpr, SORTED: tl.constexpr):
+    """The chunks at ``window`` in ``band`` of the groups at positions first_group .. first_group +
+    GROUPS - 1 (the groups themselves, or with SORTED those the order table lists there), side by
+    side: their 16 * GROUPS local columns, which of them exist (in [0, d), position before g_end),
+    and their signed-permutation tiles stacked to match ([16 * GROUPS, WIDTH], or its transpose), so
     one dot of depth (or width) 16 * GROUPS takes them all. Built with 2-D selects only: a 3-D
     reshape costs a shared-memory round trip (benchmarks/NOTES.md)."""
     lanes = tl.arange(0, WINDOW * GROUPS)
     lane = lanes % WINDOW
     stacked = lanes // WINDOW
     last = g_end - 1
-    chunk_0 = _window_chunk(rotations_ptr, tl.minimum(first_group, last), window, windows, band, BANDS)
+    chunk_0 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group, last, SORTED), window, windows,
+                            band, BANDS)
     source_0, value_0 = _signed_permutation(words_ptr, chunk_0, offs_q, band, NNZ, BLOCKS)
     none = tl.zeros_like(stacked)
     chunk = chunk_0 + none.to(tl.int64)
@@ -161,7 +173,8 @@ def _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows
         source = source_0[None, :] + none[:, None]
         value = value_0[None, :] + none[:, None].to(tl.float32)
     for g in tl.static_range(1, GROUPS):
-        chunk_g = _window_chunk(rotations_ptr, tl.minimum(first_group + g, last), window, windows, band, BANDS)
+        chunk_g = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group + g, last, SORTED), window,
+                                windows, band, BANDS)
         source_g, value_g = _signed_permutation(words_ptr, chunk_g, offs_q, band, NNZ, BLOCKS)
         chunk = tl.where(stacked == g, chunk_g, chunk)
         if TRANSPOSED:
@@ -185,8 +198,9 @@ def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window,
                     NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, GROUPS: tl.constexpr):
     """X's chunks at ``window`` in ``band`` of GROUPS groups ([BLOCK_M, 16 * GROUPS], zeros where
     they do not exist) and their stacked tile."""
-    cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, first_group, g_end, window, windows, band,
-                                        group_base, column_offset, d, offs_q, NNZ, BLOCKS, BANDS, GROUPS, False)
+    cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, rotations_ptr, first_group, g_end, window,
+                                        windows, band, group_base, column_offset, d, offs_q, NNZ, BLOCKS, BANDS,
+                                        GROUPS, False, False)
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
                 mask=mask_m[:, None] & mask_d[None, :], other=0.0)
     return x, tile
@@ -257,33 +271,9 @@ def sparse_jl_windowed_forward_kernel(
 
 
 @triton.jit
-def sparse_jl_windowed_transpose_kernel(
-    y_ptr, words_ptr, rotations_ptr, out_ptr, partial_ptr, n, d, column_offset, group_base, g_first, g_last,
-    groups_per_split, windows, band, out_col0, partial_col0, scale,
-    stride_ym, stride_yk, stride_om, stride_od, stride_pm, stride_pd,
-    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
-    TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr,
-):
-    """One band's share of Z = Y S: out[m, chunk columns] = (partial[m, chunk columns] +) scale *
-    y[m, window a of the band's blocks] @ tile^T for each chunk that lands in window a in ``band``,
-    GROUPS groups' chunks per dot, over table groups [g_first, g_last). Column c of Z is column
-    c - out_col0 of ``out`` (c - partial_col0 of ``partial``). Grid: (cdiv(n, BLOCK_M) * A, splits);
-    splits own disjoint groups, so every output column is written by exactly one program, and the
-    caller adds the bands in order, one launch each (a chunk lands in different windows in
-    different bands, so no one program holds all of its terms).
-
-    TILE_LEFT computes z^T = tile @ y^T instead: the stacked tile ([16 GROUPS, WIDTH]) is then the
-    register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
-    the loop-invariant y^T the other; otherwise the [BLOCK_M, WIDTH] x [WIDTH, 16 GROUPS] product
-    has an N of 16 per group and a tile to stage through shared memory on every step."""
-    window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
-    offs_q = tl.arange(0, WIDTH)
-    _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
-    columns = _window_columns(offs_q, window, windows, band, BLOCKS)
-    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk,
-                mask=mask_m[:, None] & block_exists[None, :], other=0.0)
-    # The y tile is loop-invariant: split (and transpose) it once.
+def _split_operand(y, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, TILE_LEFT: tl.constexpr):
+    """A loop-invariant y tile as the dot operands of its exact passes (hi, mid, lo; all three the
+    same tile for one pass), transposed for TILE_LEFT."""
     if FP32_PASSES > 0:
         hi, mid, lo = split_bf16x3(y)
         hi = hi.to(DOT_DTYPE)
@@ -297,36 +287,117 @@ def sparse_jl_windowed_transpose_kernel(
         hi = tl.trans(hi)
         mid = tl.trans(mid)
         lo = tl.trans(lo)
+    return hi, mid, lo
+
+
+@triton.jit
+def _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, band, stride_ym, stride_yk, NNZ: tl.constexpr,
+                  BLOCKS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, TILE_LEFT: tl.constexpr):
+    """y's columns of ``window`` in the blocks of ``band`` ([BLOCK_M, WIDTH], zeros for missing
+    blocks), as dot operands (_split_operand)."""
+    _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
+    columns = _window_columns(offs_q, window, windows, band, BLOCKS)
+    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk,
+                mask=mask_m[:, None] & block_exists[None, :], other=0.0)
+    return _split_operand(y, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
+
+
+@triton.jit
+def _tile_dot(tile, hi, mid, lo, z, FP32_PASSES: tl.constexpr, TILE_LEFT: tl.constexpr):
+    """z + tile @ y^T (TILE_LEFT) or z + y @ tile, over the exact passes."""
+    if TILE_LEFT:
+        z = tl.dot(tile, hi, z)
+        if FP32_PASSES >= 2:
+            z = tl.dot(tile, mid, z)
+        if FP32_PASSES >= 3:
+            z = tl.dot(tile, lo, z)
+    else:
+        z = tl.dot(hi, tile, z)
+        if FP32_PASSES >= 2:
+            z = tl.dot(mid, tile, z)
+        if FP32_PASSES >= 3:
+            z = tl.dot(lo, tile, z)
+    return z
+
+
+@triton.jit
+def _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
+                  stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr):
+    """out[m, cols] = (partial[m, cols] +) scale * z, z being [16 GROUPS, BLOCK_M] with TILE_LEFT."""
+    z = z * scale
+    if TILE_LEFT:
+        rows = offs_m[None, :]
+        columns = cols[:, None]
+        mask = mask_m[None, :] & mask_d[:, None]
+    else:
+        rows = offs_m[:, None]
+        columns = cols[None, :]
+        mask = mask_m[:, None] & mask_d[None, :]
+    if ADD_PARTIAL:
+        z += tl.load(partial_ptr + rows * stride_pm + (columns - partial_col0) * stride_pd, mask=mask,
+                     other=0.0).to(tl.float32)
+    tl.store(out_ptr + rows * stride_om + (columns - out_col0) * stride_od, z.to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def sparse_jl_windowed_transpose_kernel(
+    y_ptr, words_ptr, rotations_ptr, order_ptr, starts_ptr, out_ptr, partial_ptr, n, d, column_offset,
+    group_base, g_first, g_last, groups_per_split, windows, band, out_col0, partial_col0, scale,
+    stride_ym, stride_yk, stride_om, stride_od, stride_pm, stride_pd,
+    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
+    TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr,
+):
+    """Z = Y S for the chunks that land in window a, GROUPS groups' chunks per dot. Grid:
+    (cdiv(n, BLOCK_M) * A, splits); splits own disjoint ranges of groups, so every output column is
+    written by exactly one program. Column c of Z is column c - out_col0 of ``out``.
+
+    A chunk lands in a different window in each band, so the y columns of its terms depend on the
+    band. With PAIRED (two bands) the groups are visited in the order table's order, sorted by
+    delta_g = (R_(g,1) - R_(g,0)) mod A, which ``starts`` cuts into A runs: within run delta, the
+    chunk at window a in band 0 is at window (a + delta) mod A in band 1, so both bands' y tiles are
+    loop-invariant over the run and one program sums the chunk's two bands. Otherwise the program
+    takes only the terms of ``band`` over groups [g_first, g_last), adds them to ``partial`` (c -
+    partial_col0) when ADD_PARTIAL, and the caller launches the bands in order.
+
+    TILE_LEFT computes z^T = tile @ y^T instead: the stacked tile ([16 GROUPS, WIDTH]) is then the
+    register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
+    the loop-invariant y^T the other; otherwise the [BLOCK_M, WIDTH] x [WIDTH, 16 GROUPS] product
+    has an N of 16 per group and a tile to stage through shared memory on every step."""
+    window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
+    offs_q = tl.arange(0, WIDTH)
     g_begin = g_first + pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, g_last)
-    for group in range(g_begin, g_end, GROUPS):
-        cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, group, g_end, window, windows, band,
-                                            group_base, column_offset, d, offs_q, NNZ, BLOCKS, BANDS, GROUPS,
-                                            not TILE_LEFT)
-        tile = tile.to(DOT_DTYPE)
-        if TILE_LEFT:
-            z = tl.dot(tile, hi)
-            if FP32_PASSES >= 2:
-                z = tl.dot(tile, mid, z)
-            if FP32_PASSES >= 3:
-                z = tl.dot(tile, lo, z)
-            mask = mask_m[None, :] & mask_d[:, None]
-            z = z * scale
-            if ADD_PARTIAL:
-                z += tl.load(partial_ptr + offs_m[None, :] * stride_pm + (cols - partial_col0)[:, None] * stride_pd,
-                             mask=mask, other=0.0).to(tl.float32)
-            tl.store(out_ptr + offs_m[None, :] * stride_om + (cols - out_col0)[:, None] * stride_od,
-                     z.to(out_ptr.dtype.element_ty), mask=mask)
-        else:
-            z = tl.dot(hi, tile)
-            if FP32_PASSES >= 2:
-                z = tl.dot(mid, tile, z)
-            if FP32_PASSES >= 3:
-                z = tl.dot(lo, tile, z)
-            mask = mask_m[:, None] & mask_d[None, :]
-            z = z * scale
-            if ADD_PARTIAL:
-                z += tl.load(partial_ptr + offs_m[:, None] * stride_pm + (cols - partial_col0)[None, :] * stride_pd,
-                             mask=mask, other=0.0).to(tl.float32)
-            tl.store(out_ptr + offs_m[:, None] * stride_om + (cols - out_col0)[None, :] * stride_od,
-                     z.to(out_ptr.dtype.element_ty), mask=mask)
+    zeros = tl.zeros((WINDOW * GROUPS, BLOCK_M) if TILE_LEFT else (BLOCK_M, WINDOW * GROUPS), dtype=tl.float32)
+    if PAIRED:
+        hi, mid, lo = _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, 0, stride_ym, stride_yk, NNZ,
+                                    BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
+        for delta in range(0, windows):
+            run_begin = tl.maximum(g_begin, tl.load(starts_ptr + delta))
+            run_end = tl.minimum(g_end, tl.load(starts_ptr + delta + 1))
+            if run_begin < run_end:
+                shifted = (window + delta) % windows
+                hi1, mid1, lo1 = _band_operand(y_ptr, offs_m, mask_m, offs_q, shifted, windows, 1, stride_ym,
+                                               stride_yk, NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
+                for first in range(run_begin, run_end, GROUPS):
+                    cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first, run_end, window,
+                                                        windows, 0, group_base, column_offset, d, offs_q, NNZ,
+                                                        BLOCKS, BANDS, GROUPS, not TILE_LEFT, True)
+                    _cols, _exists, tile1 = _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first, run_end,
+                                                           shifted, windows, 1, group_base, column_offset, d,
+                                                           offs_q, NNZ, BLOCKS, BANDS, GROUPS, not TILE_LEFT, True)
+                    z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
+                    z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
+                    _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0,
+                                  scale, stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, False)
+    else:
+        hi, mid, lo = _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, band, stride_ym, stride_yk,
+                                    NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
+        for first in range(g_begin, g_end, GROUPS):
+            cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first, g_end, window, windows,
+                                                band, group_base, column_offset, d, offs_q, NNZ, BLOCKS, BANDS,
+                                                GROUPS, not TILE_LEFT, False)
+            z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
+            _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
+                          stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL)

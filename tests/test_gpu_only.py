@@ -8,6 +8,8 @@ import torch
 import sjlt
 from sjlt import functional as F
 from sjlt import reference
+from sjlt.ops import windowed
+from sjlt.ops._launch import Tiling
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -78,3 +80,32 @@ def test_float32_error_at_long_d(n, d, k):
     y = F.sparse_jl(x, k, seed=4)
     want = reference.sparse_jl_forward(x.double(), k, seed=4, nnz=sjlt.spec.default_nnz(k))
     assert float((y.double() - want).abs().max() / want.abs().max()) <= 1e-5
+
+
+# Two bands with long runs (one launch over the sorted order table), two and three bands with
+# short ones (a launch per band, through a float32 workspace).
+@pytest.mark.parametrize("n,d,nnz", [(2048, 2**16, 16), (96, 3000, 16), (96, 3000, 24)])
+def test_cuda_graph_of_a_multi_band_backward(n, d, nnz):
+    """Capturing a projection whose transpose builds its tables in the graph (the two-band order
+    table sorts on the device): replays match eager."""
+    k = 16 * 8 * nnz
+    x = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    tables = windowed.window_tables(d, k, *sjlt.spec.philox_key(8), nnz, 0, "cuda")
+    assert windowed._pairs_bands(torch.empty(n, k, device="cuda"), nnz, tables, Tiling()) == (d == 2**16)
+    F.sparse_jl(x, k, seed=8, nnz=nnz).float().square().sum().backward()
+    eager = x.grad.clone()
+    static_in = x.detach().clone().requires_grad_()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        F.sparse_jl(static_in, k, seed=8, nnz=nnz).float().square().sum().backward()  # warm up
+    torch.cuda.current_stream().wait_stream(stream)
+    windowed._TABLE_CACHE.clear()  # the tables are made during capture
+    graph = torch.cuda.CUDAGraph()
+    static_in.grad = None
+    with torch.cuda.graph(graph):
+        F.sparse_jl(static_in, k, seed=8, nnz=nnz).float().square().sum().backward()
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_in.grad, eager)

@@ -67,18 +67,20 @@ def _variants():
                         "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
                        {**const, "GROUPS": groups, "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling())})
-            # The transpose's band passes: the first stores, the later ones add to float32 sums (a
-            # half type's workspace until the last band rounds into z).
-            band_passes = [(dtype, False)] if spec.band_count(nnz) == 1 else [
+            # The transpose: one launch for one or two bands (two: PAIRED); beyond, band passes
+            # that store, then add to float32 sums (a half type's workspace until the last band
+            # rounds into z).
+            bands = spec.band_count(nnz)
+            band_passes = [(dtype, False)] if bands <= 2 else [
                 (out, add) for out in sorted({dtype, "fp32"}) for add in (False, True)]
             for out_type, add_partial in band_passes:
                 yield ("sparse_jl_windowed_transpose_kernel",
-                       {"y_ptr": f"*{dtype}", "out_ptr": f"*{out_type}", "partial_ptr": "*fp32", **common,
-                        "g_first": I32, "g_last": I32, "band": I32, "out_col0": I64, "partial_col0": I64,
-                        "stride_ym": I64, "stride_yk": I32, "stride_om": I64, "stride_od": I32, "stride_pm": I64,
-                        "stride_pd": I32},
+                       {"y_ptr": f"*{dtype}", "order_ptr": "*i32", "starts_ptr": "*i32", "out_ptr": f"*{out_type}",
+                        "partial_ptr": "*fp32", **common, "g_first": I32, "g_last": I32, "band": I32,
+                        "out_col0": I64, "partial_col0": I64, "stride_ym": I64, "stride_yk": I32, "stride_om": I64,
+                        "stride_od": I32, "stride_pm": I64, "stride_pd": I32},
                        {**const, "GROUPS": windowed._TRANSPOSE_GROUPS, "TILE_LEFT": windowed._TRANSPOSE_TILE_LEFT,
-                        "ADD_PARTIAL": add_partial})
+                        "ADD_PARTIAL": add_partial, "PAIRED": bands == 2})
     for nnz in (32, 16, 8, 3, 1):
         const = {"NNZ": nnz, "BANDS": spec.band_count(nnz), "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
                  "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}

@@ -81,10 +81,12 @@ def test_windowed_forward_steps_match_reference(kernel_device, rng, steps, dtype
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("k,nnz,splits", [(4096, 16, 3), (1152, 24, 1), (384, 12, 2)])
-def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, dtype):
+@pytest.mark.parametrize("k,nnz,splits,paired", [(4096, 16, 3, False), (4096, 16, 3, True), (1152, 24, 1, None),
+                                                 (384, 12, 2, False), (384, 12, 2, True)])
+def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, paired, dtype):
     """Programs per band (spec v5: each band of 8 blocks has its own rotation), including a short
-    last band, with d-splits: the forward, and the transpose's band passes adding in order."""
+    last band, with d-splits: the forward, and the transpose as band passes adding in order or,
+    for two bands, as one launch over the groups sorted by their shift."""
     n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
@@ -92,17 +94,45 @@ def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, dtyp
     assert _relative_error(got, want) <= TOLERANCE[dtype]
     y = torch.randn(n, k, generator=rng).to(dtype)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
-    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(splits=splits))
+    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(splits=splits, paired=paired))
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+def test_two_band_transpose_rule():
+    """One launch for two bands once each program has 8 A groups, else a launch per band; never
+    for three bands; a Tiling overrides."""
+    y = torch.empty(100, 1024)
+    tables = windowed.WindowTables(None, None, 0, 8 * 4, 4)  # A = 4 at k = 1024, nnz 16
+    assert windowed._pairs_bands(y, 16, tables, Tiling())
+    assert not windowed._pairs_bands(y, 16, tables._replace(groups=8 * 4 - 1), Tiling())
+    assert not windowed._pairs_bands(y, 16, tables, Tiling(paired=False))
+    assert not windowed._pairs_bands(y, 24, tables, Tiling()) and not windowed._pairs_bands(y, 8, tables, Tiling())
+
+
+def test_two_band_order_table_sorts_groups_by_their_shift(kernel_device):
+    """The two-band transpose visits groups sorted by delta_g = (R_(g,1) - R_(g,0)) mod A, cut into
+    A runs: within run delta, a group's chunk at window a in band 0 is at window a + delta in
+    band 1. Checked on the reference's rows."""
+    d, k, nnz, seed = 3000, 1024, 16, 4
+    windows = spec.windows_per_block(k, nnz)
+    tables = windowed.window_tables(d, k, *spec.philox_key(seed), nnz, 0, kernel_device)
+    rows, _ = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz)
+    window = (rows % (k // nnz)) // 16  # (block, column)
+    order, starts = tables.order.long().cpu(), tables.starts.long().cpu()
+    assert torch.equal(order.sort().values, torch.arange(tables.groups)) and int(starts[-1]) == tables.groups
+    for delta in range(windows):
+        for group in order[starts[delta]:starts[delta + 1]].tolist():
+            columns = slice(16 * windows * group, min(d, 16 * windows * (group + 1)))
+            assert bool(((window[0, columns] + delta) % windows == window[8, columns]).all())
 
 
 @pytest.mark.parametrize("budget,slab", [(0, (64, 1)), (40_000, (64, 4)), (1 << 30, (150, 94))])
 def test_half_type_transpose_band_sums_fit_the_workspace(kernel_device, rng, monkeypatch, budget, slab):
-    """A bfloat16 transpose with two bands keeps its float32 band sums in slabs of rows and groups
+    """A bfloat16 transpose with three bands keeps its float32 band sums in slabs of rows and groups
     within sjlt.backends.workspace_bytes (at least 64 rows of one group): every slab shape gives
     the reference's Z, and no slab exceeds the budget or that minimum."""
     monkeypatch.setattr("sjlt.backends.workspace_bytes", budget)
-    n, d, k, nnz, offset, seed = 150, 3001, 512, 16, 37, 5
+    n, d, k, nnz, offset, seed = 150, 3001, 768, 24, 37, 5
     windows = spec.windows_per_block(k, nnz)  # 2: a group is 32 columns; 94 groups hold the input
     assert windowed._transpose_slab(n, windows, 94) == slab
     rows, slab_groups = slab
@@ -132,14 +162,16 @@ def test_forward_promotion_matches_reference(kernel_device, rng, k, nnz, steps, 
 @pytest.mark.parametrize("tile_left", [False, True])
 @pytest.mark.parametrize("groups", [1, 2, 4])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_windowed_transpose_groups_match_reference(kernel_device, rng, groups, splits, tile_left):
+@pytest.mark.parametrize("k,nnz", [(512, 8), (1024, 16)])
+def test_windowed_transpose_groups_match_reference(kernel_device, rng, groups, splits, tile_left, k, nnz):
     """Several groups' chunks per transpose dot, as z or z^T, with group counts and splits no step
-    divides."""
-    n, d, k, nnz, offset, seed = 21, 1203, 512, 8, 2**33 + 9, 2**62 + 7
+    divides; with two bands, over runs of groups that share their band-1 shift, which neither
+    steps nor splits divide."""
+    n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
     y = torch.randn(n, k, generator=rng)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
     got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset,
-                             Tiling(splits=splits, steps=(groups, tile_left)))
+                             Tiling(splits=splits, steps=(groups, tile_left), paired=nnz == 16 or None))
     assert _relative_error(got, want) <= TOLERANCE[torch.float32]
 
 

@@ -68,13 +68,15 @@ class Tiling(NamedTuple):
     the classic layout, (BLOCK_M,) for the windowed one; ``num_stages`` and ``steps``: the windowed
     kernels only, ``steps`` being (groups per dot, dots per loop step) for the forward and (groups
     per dot[, stacked tile as the left operand]) for the transpose; ``promote_every``: the
-    forwards' steps per separately rounded run (:func:`promote_every`)."""
+    forwards' steps per separately rounded run (:func:`promote_every`); ``paired``: whether the
+    windowed transpose with two bands sums both in one launch (else one launch per band)."""
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None
     num_stages: int | None = None
     steps: tuple | None = None
     promote_every: int | None = None
+    paired: bool | None = None
 
 
 #: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run

@@ -18,6 +18,10 @@ class WindowTables(NamedTuple):
     group_base: int
     groups: int
     windows: int
+    # With two bands, for the transpose: the groups sorted by delta_g = (R_(g,1) - R_(g,0)) mod A
+    # ((groups,) int32), and where each delta's run starts ((A + 1,) int32); else None.
+    order: torch.Tensor | None = None
+    starts: torch.Tensor | None = None
 
 
 # Tables of recent small calls, reused: for a 1 x 1024 input the table launch is a third of the
@@ -59,7 +63,12 @@ def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offse
         words, rotations, group_base, groups, windows, key0, key1, NNZ=nnz, BANDS=spec.band_count(nnz),
         DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW, DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP, BLOCK=block,
     )
-    return WindowTables(words, rotations, group_base, groups, windows)
+    if spec.band_count(nnz) != 2:
+        return WindowTables(words, rotations, group_base, groups, windows)
+    delta, order = torch.sort((rotations[:, 1] - rotations[:, 0]) % windows, stable=True)
+    starts = torch.searchsorted(delta, torch.arange(windows + 1, dtype=delta.dtype, device=device))
+    return WindowTables(words, rotations, group_base, groups, windows, order.to(torch.int32),
+                        starts.to(torch.int32))
 
 
 def _band_blocks(nnz: int) -> int:
@@ -167,16 +176,22 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
 
 def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
               column_offset: int, tiling: Tiling = Tiling()) -> torch.Tensor:
-    """Z = y S, one launch per band (a chunk's terms lie in a different window in each band), each
-    adding its terms to the sum of the bands before it in float32: Z itself for float32, else a
-    float32 workspace of at most ``sjlt.backends.workspace_bytes`` per slab of rows and groups,
-    with the last band rounding into Z. Splits own disjoint groups, so every column is written by
-    one program per launch."""
+    """Z = y S. A chunk lands in a different window in each band. With one band, or two when the
+    programs have long runs of groups (:func:`_pairs_bands`), one launch computes every column
+    whole (two bands: the groups in order of their band-1 shift, so both y tiles stay
+    loop-invariant); otherwise one launch per band adds its terms to the bands before it in
+    float32: in Z itself for float32, else in a float32 workspace of at most
+    ``sjlt.backends.workspace_bytes`` per slab of rows and groups, the last band rounding into Z.
+    Splits own disjoint groups, so every column is written by one program per launch."""
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
     bands = spec.band_count(nnz)
-    if bands == 1 or y.dtype == torch.float32:
+    if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
+        _transpose_band(y, z, z, 0, 0, tables, 0, nnz, in_features, column_offset, 0, tables.groups, tiling,
+                        paired=bands == 2)
+        return z
+    if y.dtype == torch.float32:
         for band in range(bands):
             _transpose_band(y, z, z, 0, 0, tables, band, nnz, in_features, column_offset, 0, tables.groups, tiling)
         return z
@@ -197,6 +212,25 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
     return z
 
 
+#: Groups per window and program from which the two-band transpose runs in one launch: its
+#: program loads and splits a band-1 y tile per run of groups sharing a shift, A runs in all, so
+#: it needs runs of a few groups to pay off. H100 (benchmarks/RESULTS.md): at 16 groups per
+#: program and A = 16 (d = k = 4096) one launch took 16.1 / 8.3 ms (float32 / bfloat16) against
+#: 10.2 / 5.1 ms for a launch per band; at 32 A and more it took 0.5-1.0x their time.
+_PAIRED_MIN_RUN = 8
+
+
+def _pairs_bands(y: torch.Tensor, nnz: int, tables: WindowTables, tiling: Tiling) -> bool:
+    """Whether a two-band transpose sums both bands in one launch (else one launch per band)."""
+    if spec.band_count(nnz) != 2:
+        return False
+    if tiling.paired is not None:
+        return tiling.paired
+    per_split = _grid(y, nnz, tables.groups, tables.windows, tiling.splits,
+                      tiling.blocks[0] if tiling.blocks else None)[4]
+    return per_split >= _PAIRED_MIN_RUN * tables.windows
+
+
 def _transpose_slab(n: int, windows: int, groups: int) -> tuple[int, int]:
     """(rows, groups) of a slab of the half-type transpose whose float32 band sums fit
     ``sjlt.backends.workspace_bytes``: all rows and as many groups as fit, else fewer rows (at
@@ -209,10 +243,12 @@ def _transpose_slab(n: int, windows: int, groups: int) -> tuple[int, int]:
 
 
 def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTables, band: int, nnz: int,
-                    in_features: int, column_offset: int, g_first: int, g_last: int, tiling: Tiling):
+                    in_features: int, column_offset: int, g_first: int, g_last: int, tiling: Tiling,
+                    paired: bool = False):
     """One launch of the transpose kernel: band ``band``'s terms of z's columns of table groups
     [g_first, g_last), added (after band 0) to ``partial`` and written to ``out``; z's column c is
-    column c - out_col0 of ``out`` and c - partial_col0 of ``partial``."""
+    column c - out_col0 of ``out`` and c - partial_col0 of ``partial``. ``paired``: both bands'
+    terms of every group, in the two-band order table's order."""
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_transpose_kernel
 
     n = y.shape[0]
@@ -222,13 +258,14 @@ def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTable
     steps = tiling.steps or (_TRANSPOSE_GROUPS,)  # (groups per dot[, tile on the left])
     tile_left = bool(steps[1]) if len(steps) > 1 else _TRANSPOSE_TILE_LEFT
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
-        y, tables.words, tables.rotations, out, partial, n, in_features, column_offset,
+        y, tables.words, tables.rotations, tables.order if paired else tables.rotations,
+        tables.starts if paired else tables.rotations, out, partial, n, in_features, column_offset,
         tables.group_base, g_first, g_last, per_split, tables.windows, band, out_col0, partial_col0,
         1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), out.stride(0), out.stride(1), partial.stride(0), partial.stride(1),
         NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=spec.band_count(nnz), FP32_PASSES=fp32_passes,
         DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width, GROUPS=steps[0], TILE_LEFT=tile_left,
-        ADD_PARTIAL=band > 0,
+        ADD_PARTIAL=band > 0, PAIRED=paired,
         num_warps=tiling.num_warps or _num_warps(block_m, width, transpose=True),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
