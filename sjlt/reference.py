@@ -162,7 +162,7 @@ def windowed_rows(in_features: int, column_offset: int, words: torch.Tensor, rot
     chunk, lane = cols // spec.WINDOW, cols % spec.WINDOW
     words = words[:, chunk - chunk_base]
     t = torch.arange(nnz, dtype=torch.int64, device=cols.device)[:, None]
-    rotation = rotations[chunk // windows - group_base][:, t[:, 0] // spec.BAND].t()  # (nnz, columns)
+    rotation = rotations[chunk[None, :] // windows - group_base, t // spec.BAND]  # (nnz, columns), row-major
     window = (chunk % windows + rotation) % windows
     rows = (t * windows + window) * spec.WINDOW + (lane ^ (words & (spec.WINDOW - 1)))
     negative = ((words >> (16 + lane)) & 1).bool()
