@@ -107,6 +107,8 @@ def test_two_band_transpose_rule():
     assert not windowed._pairs_bands(y, 16, tables._replace(groups=8 * 4 - 1), Tiling())
     assert not windowed._pairs_bands(y, 16, tables, Tiling(paired=False))
     assert not windowed._pairs_bands(y, 24, tables, Tiling()) and not windowed._pairs_bands(y, 8, tables, Tiling())
+    # 32-row programs run 2 warps, but 4 when they sum two bands; 64 rows always 4
+    assert windowed._num_warps(32) == 2 and windowed._num_warps(32, paired=True) == windowed._num_warps(64) == 4
 
 
 def test_two_band_order_table_sorts_groups_by_their_shift(kernel_device):

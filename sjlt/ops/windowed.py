@@ -84,10 +84,10 @@ def _width(nnz: int) -> int:
 def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
     """Rows per program: the accumulator (the forward's Y tile, the transpose's y tile) is
     BLOCK_M x width float32, at most 64 KiB of registers; 32 KiB in a float32 transpose, which also
-    holds the y tile's three-way split. H100 sweeps (benchmarks/RESULTS.md): at nnz 16 the forward
-    runs 1.2-1.6x faster with 64 rows than with 32, and 128 rows with 8 warps gain nothing; the
-    bfloat16 transpose runs 1.3-1.7x faster with 64 rows (and 4 warps) than with 32 at n >= 1024,
-    the float32 one 1.15x slower."""
+    holds the y tile's three-way split. With one band per program (width <= 128) that is 64 rows
+    from n = 33 on. H100 sweeps (benchmarks/RESULTS.md): the one-band forward and the two-band
+    transpose run 1.1-1.8x faster with 64 rows than with 32 at n >= 1024 (the float32 launch per
+    band at d = 4096 1.08x slower), and 128 rows gain nothing."""
     if triton_interpreting():
         return 16
     rows = 64 if n > 32 else 32 if n > 16 else 16
@@ -119,11 +119,12 @@ _TRANSPOSE_TILE_LEFT = True
 _TRANSPOSE_STAGES = 1
 
 
-def _num_warps(block_m: int, width: int, transpose: bool = False) -> int:
+def _num_warps(block_m: int, paired: bool = False) -> int:
     # The H100 sweeps in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
-    # by 5-20%; 32 rows run best with 2 warps, except the transpose at nnz 16, whose 32-row programs
-    # run 1.1-1.4x faster with 4 (and slower with 8 at any row count).
-    return 4 if block_m >= 64 or (transpose and width >= 256) else 2
+    # by 5-20%; 32 rows run best with 2 warps, except the transpose that sums two bands (two y
+    # tiles, two dots a step): at n = 32, d = 2**24 it runs 1.43x (float32) and 1.08x (bfloat16)
+    # faster with 4, and slower with 8.
+    return 4 if block_m >= 64 or paired else 2
 
 
 def _grid(x: torch.Tensor, nnz: int, groups: int, windows: int, splits=None, block_m=None,
@@ -168,7 +169,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type,
         BLOCK_M=block_m, WIDTH=width, GROUPS=groups_per_dot, UNROLL=unroll,
         PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
-        num_warps=tiling.num_warps or _num_warps(block_m, width),
+        num_warps=tiling.num_warps or _num_warps(block_m),
         num_stages=tiling.num_stages or stages,
     )
     return sum_splits(out, splits, x.dtype)
@@ -266,6 +267,6 @@ def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTable
         NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=spec.band_count(nnz), FP32_PASSES=fp32_passes,
         DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width, GROUPS=steps[0], TILE_LEFT=tile_left,
         ADD_PARTIAL=band > 0, PAIRED=paired,
-        num_warps=tiling.num_warps or _num_warps(block_m, width, transpose=True),
+        num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
