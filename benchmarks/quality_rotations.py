@@ -1,13 +1,13 @@
-"""Quality prototype (not sjlt's layout): the windowed layout with a separate group rotation for each
-part of the blocks, against a dense Gaussian projection (p99 pairwise distortion ratio, CPU).
+"""Quality prototype: the windowed layout with a separate group rotation for each part of the
+blocks, against a dense Gaussian projection (p99 pairwise distortion ratio, CPU). It led to spec v5.
 
     python benchmarks/quality_rotations.py --k 8192 --nnz 16 --parts 1 2 4 [--seeds 6]
 
-``--parts 1`` is the spec's matrix (every block shares the group's rotation, so two chunks share
-their window in all blocks or in none). With P parts, blocks [i nnz / P, (i + 1) nnz / P) use their
-own rotation per group, drawn here with numpy: two chunks then share a window independently in
-each part. A kernel would load one chunk per part and group (P times the L2 reads) for the same
-tile and dot work. Results: benchmarks/NOTES.md, design 4's "Next".
+``--parts 0`` is the spec's matrix (v5: a rotation per band of 8 blocks); ``--parts 1`` gives every
+block one rotation (v4's layout: two chunks share their window in all blocks or in none). With P
+parts, blocks [i nnz / P, (i + 1) nnz / P) use their own rotation per group, drawn here with numpy:
+two chunks then share a window independently in each part. Results: benchmarks/NOTES.md, design 4's
+"Next" and spec v5.
 """
 from __future__ import annotations
 
@@ -27,9 +27,13 @@ def project(x: torch.Tensor, k: int, nnz: int, seed: int, parts: int, interleave
     windows, block = spec.windows_per_block(k, nnz), k // nnz
     rows, negative = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz)
     rows = rows.clone()
+    if parts == 0:  # the spec's own matrix
+        parts, interleave = 1, 1
+    else:  # every block at band 0's window, (position + R_(g,0)) mod A: v4's layout
+        rows += ((rows[:1] % block) // spec.WINDOW - (rows % block) // spec.WINDOW) * spec.WINDOW
     chunk = torch.arange(d) // spec.WINDOW
     group, position = chunk // windows, chunk % windows
-    window = (rows[0] % block) // spec.WINDOW  # every block's window: (position + R_g) mod A
+    window = (rows[0] % block) // spec.WINDOW
     rng = np.random.default_rng(seed + 12345)
     if interleave > 1:  # chunk c of super-group c div (F A) joins its group (c mod F): F groups interleave
         span = interleave * windows
@@ -55,7 +59,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=8192)
     parser.add_argument("--nnz", type=int, default=16)
-    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--parts", type=int, nargs="+", default=[0, 1, 2, 4],
+                        help="rotations per group (0: the spec's matrix)")
     parser.add_argument("--seeds", type=int, default=6)
     parser.add_argument("--interleave", type=int, nargs="+", default=[1],
                         help="F: groups made of every F-th chunk of a run of F * A chunks (1: the spec's)")
