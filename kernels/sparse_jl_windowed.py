@@ -384,6 +384,7 @@ def sparse_jl_windowed_transpose_kernel(
                     cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first, run_end, window,
                                                         windows, 0, group_base, column_offset, d, offs_q, NNZ,
                                                         BLOCKS, BANDS, GROUPS, not TILE_LEFT, True)
+                    # the same chunks at their band-1 window: the same columns, another tile
                     _cols, _exists, tile1 = _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first, run_end,
                                                            shifted, windows, 1, group_base, column_offset, d,
                                                            offs_q, NNZ, BLOCKS, BANDS, GROUPS, not TILE_LEFT, True)
