@@ -120,7 +120,7 @@ def test_two_band_order_table_sorts_groups_by_their_shift(kernel_device):
     tables = windowed.window_tables(d, k, *spec.philox_key(seed), nnz, 0, kernel_device)
     rows, _ = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz)
     window = (rows % (k // nnz)) // 16  # (block, column)
-    order, starts = tables.order.long().cpu(), tables.starts.long().cpu()
+    order, starts = (table.long().cpu() for table in windowed.shift_order(tables))
     assert torch.equal(order.sort().values, torch.arange(tables.groups)) and int(starts[-1]) == tables.groups
     for delta in range(windows):
         for group in order[starts[delta]:starts[delta + 1]].tolist():

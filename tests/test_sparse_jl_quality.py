@@ -140,4 +140,6 @@ def test_band_zero_is_the_v4_matrix():
                        reference.window_rotations(groups, 7, 3, 8)[:, 0])
     assert spec.sparse_jl_same_since(1024, 8) == spec.sparse_jl_same_since(100, 13) == (3, 4, 5)
     assert spec.sparse_jl_same_since(4096, 16) == spec.sparse_jl_same_since(384, 12) == (5,)
+    # a malformed record trusts the current version alone
+    assert spec.sparse_jl_same_since("4096", 16) == spec.sparse_jl_same_since(4096, None) == (spec.SPEC_VERSION,)
 

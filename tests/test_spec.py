@@ -42,7 +42,8 @@ def test_streams_stay_independent_under_the_same_seed():
                             spec.DOMAIN_SPARSE_JL_GROUP)}
     assert torch.equal(rows[0], (words[spec.DOMAIN_SPARSE_JL] * k) >> 32)  # the documented formula
     assert torch.equal(reference.chunk_words(g, 1, seed)[0], words[spec.DOMAIN_SPARSE_JL_WINDOW])
-    assert torch.equal(reference.window_rotations(g, 7, seed, 1)[:, 0], (words[spec.DOMAIN_SPARSE_JL_GROUP] * 7) >> 32)
+    rotations = reference.window_rotations(g, 7, seed, 1)[:, 0]
+    assert torch.equal(rotations, (words[spec.DOMAIN_SPARSE_JL_GROUP] * 7) >> 32)
     values = list(words.values())
     for i in range(len(values)):
         for j in range(i):

@@ -18,10 +18,6 @@ class WindowTables(NamedTuple):
     group_base: int
     groups: int
     windows: int
-    # With two bands, for the transpose: the groups sorted by delta_g = (R_(g,1) - R_(g,0)) mod A
-    # ((groups,) int32), and where each delta's run starts ((A + 1,) int32); else None.
-    order: torch.Tensor | None = None
-    starts: torch.Tensor | None = None
 
 
 # Tables of recent small calls, reused: for a 1 x 1024 input the table launch is a third of the
@@ -63,12 +59,17 @@ def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offse
         words, rotations, group_base, groups, windows, key0, key1, NNZ=nnz, BANDS=spec.band_count(nnz),
         DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW, DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP, BLOCK=block,
     )
-    if spec.band_count(nnz) != 2:
-        return WindowTables(words, rotations, group_base, groups, windows)
-    delta, order = torch.sort((rotations[:, 1] - rotations[:, 0]) % windows, stable=True)
-    starts = torch.searchsorted(delta, torch.arange(windows + 1, dtype=delta.dtype, device=device))
-    return WindowTables(words, rotations, group_base, groups, windows, order.to(torch.int32),
-                        starts.to(torch.int32))
+    return WindowTables(words, rotations, group_base, groups, windows)
+
+
+def shift_order(tables: WindowTables) -> tuple[torch.Tensor, torch.Tensor]:
+    """For the two-band transpose: the table groups sorted by delta_g = (R_(g,1) - R_(g,0)) mod A
+    ((groups,) int32; a stable device sort, so capturable and deterministic), and where each
+    delta's run starts ((A + 1,) int32). Made per paired launch, whose inputs are large, so the
+    forward and other calls never pay for it."""
+    delta, order = torch.sort((tables.rotations[:, 1] - tables.rotations[:, 0]) % tables.windows, stable=True)
+    starts = torch.searchsorted(delta, torch.arange(tables.windows + 1, dtype=delta.dtype, device=delta.device))
+    return order.to(torch.int32), starts.to(torch.int32)
 
 
 def _band_blocks(nnz: int) -> int:
@@ -255,12 +256,12 @@ def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTable
     n = y.shape[0]
     block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits,
                                                      tiling.blocks[0] if tiling.blocks else None)
+    order, starts = shift_order(tables) if paired else (tables.rotations, tables.rotations)  # unread if unpaired
     fp32_passes, dot_type = dot_config(y.dtype)
     steps = tiling.steps or (_TRANSPOSE_GROUPS,)  # (groups per dot[, tile on the left])
     tile_left = bool(steps[1]) if len(steps) > 1 else _TRANSPOSE_TILE_LEFT
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
-        y, tables.words, tables.rotations, tables.order if paired else tables.rotations,
-        tables.starts if paired else tables.rotations, out, partial, n, in_features, column_offset,
+        y, tables.words, tables.rotations, order, starts, out, partial, n, in_features, column_offset,
         tables.group_base, g_first, g_last, per_split, tables.windows, band, out_col0, partial_col0,
         1.0 / math.sqrt(nnz),
         y.stride(0), y.stride(1), out.stride(0), out.stride(1), partial.stride(0), partial.stride(1),
