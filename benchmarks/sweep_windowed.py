@@ -30,6 +30,11 @@ FORWARD_STEPS = [(1, 1, 3), (1, 2, 3), (2, 1, 1), (2, 2, 1), (4, 1, 1), (4, 1, 3
 TRANSPOSE_STEPS = [(1, False, 3), (2, True, 3), (4, True, 3), (4, True, 1)]
 
 
+def _steps(text: str | None) -> list[tuple[int, int, int]]:
+    """"4x1x1,1x2x3" -> [(4, 1, 1), (1, 2, 3)]."""
+    return [tuple(int(v) for v in item.split("x")) for item in text.split(",")] if text else []
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nnz", type=int, nargs="*", default=[0],
@@ -39,8 +44,15 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, help="warps per program instead of the launcher's")
     parser.add_argument("--min-k", type=int, default=0, help="only shapes with k >= this")
     parser.add_argument("--max-n", type=int, help="only shapes with n <= this")
+    parser.add_argument("--max-k", type=int, help="only shapes with k <= this")
+    parser.add_argument("--forward-steps", help="only these forward steps, e.g. 4x1x1,1x2x3")
+    parser.add_argument("--transpose-steps", help="only these transpose steps, e.g. 4x1x1")
+    parser.add_argument("--pipelined", action="store_true",
+                        help="also time each one-dot step with its loads issued a step ahead (design 8)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    forward_steps = _steps(args.forward_steps) or FORWARD_STEPS
+    transpose_steps = _steps(args.transpose_steps) or TRANSPOSE_STEPS
     src = torch.randn(2**28, device="cuda")
     dst = torch.empty_like(src)
     bw = 2 * src.numel() * 4 / (do_bench(lambda: dst.copy_(src), return_mode="median") * 1e-3)
@@ -48,15 +60,16 @@ def main(argv=None) -> int:
     lines = [f"# Windowed kernel step sweep ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
              f"triton {triton.__version__}, copy {bw / 1e9:.0f} GB/s; BLOCK_M {args.block_m or 'default'}, "
              f"warps {args.warps or 'default'})", "",
-             "| direction | dtype | n | d | k | nnz | groups x dots | stages | ms | % of floor | default ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| direction | dtype | n | d | k | nnz | groups x dots | stages | pipelined | ms | % of floor | default ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     gen = torch.Generator(device="cuda").manual_seed(12)
     key = spec.philox_key(20261122)
     for direction in args.directions.split(","):
         for dtype in (torch.bfloat16, torch.float32):
             for n, d, k in [shape for shape in SHAPES
-                            if shape[2] >= args.min_k and shape[0] <= (args.max_n or shape[0])]:
+                            if shape[2] >= args.min_k and shape[0] <= (args.max_n or shape[0])
+                            and shape[2] <= (args.max_k or shape[2])]:
                 for nnz in args.nnz:
                     nnz = nnz or spec.default_nnz(k)
                     if not spec.is_windowed(k, nnz) or (nnz != spec.default_nnz(k) and k < 4096):
@@ -64,17 +77,19 @@ def main(argv=None) -> int:
                     if direction == "forward":
                         data = torch.randn(n, d, device="cuda", generator=gen).to(dtype)
                         run = lambda tiling: windowed.forward(data, k, *key, nnz, 0, tiling)  # noqa: E731
-                        configs = [((g, u), s) for g, u, s in FORWARD_STEPS]
+                        configs = [((g, u), s, p) for g, u, s in forward_steps
+                                   for p in ([False, True] if args.pipelined and u == 1 else [False])]
                     else:
                         data = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
                         run = lambda tiling: windowed.transpose(data, d, *key, nnz, 0, tiling)  # noqa: E731
-                        configs = [((g, left), s) for g, left, s in TRANSPOSE_STEPS]
+                        configs = [((g, bool(left)), s, p) for g, left, s in transpose_steps
+                                   for p in ([False, True] if args.pipelined else [False])]
                     floor = (n * d + n * k) * data.element_size() / bw * 1e3
                     default = run(Tiling())
                     default_ms = do_bench(lambda: run(Tiling()), return_mode="median")
-                    for steps, stages in configs:
+                    for steps, stages, pipelined in configs:
                         tiling = Tiling(steps=steps, num_stages=stages, num_warps=args.warps,
-                                        blocks=(args.block_m,) if args.block_m else None)
+                                        blocks=(args.block_m,) if args.block_m else None, pipelined=pipelined)
                         try:
                             got = run(tiling)
                             err = ((got.float() - default.float()).norm() / default.float().norm()).item()
@@ -86,7 +101,8 @@ def main(argv=None) -> int:
                         except Exception as exc:  # out of registers / shared memory, or wrong
                             cell = f"{type(exc).__name__}: {str(exc)[:60]} | -"
                         lines.append(f"| {direction} | {str(dtype)[6:]} | {n} | {d} | {k} | {nnz} | "
-                                     f"{'x'.join(map(str, map(int, steps)))} | {stages} | {cell} | {default_ms:.3f} |")
+                                     f"{'x'.join(map(str, map(int, steps)))} | {stages} | {'yes' if pipelined else 'no'} | {cell} | "
+                                     f"{default_ms:.3f} |")
                         print(lines[-1], flush=True)
                         if args.out:  # as it goes: a sweep cut short keeps its rows
                             with open(args.out, "w") as fh:

@@ -109,13 +109,19 @@ def _band_blocks(offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
 
 
 @triton.jit
-def _signed_permutation(words_ptr, table_chunk, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
-    """For accumulator column q = 16t + u (block band * BLOCKS + t): the chunk column i* = u XOR m
-    that lands there, and its value +-1 (0 where the block does not exist)."""
+def _band_words(words_ptr, table_chunk, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """For accumulator column q = 16t + u: the chunk's word in block band * BLOCKS + t (0 where the
+    block does not exist)."""
     t, valid = _band_blocks(offs_q, band, NNZ, BLOCKS)
-    u = offs_q % WINDOW
-    word = tl.load(words_ptr + table_chunk * NNZ + band * BLOCKS + t, mask=valid, other=0)
-    source = u ^ (word & (WINDOW - 1))
+    return tl.load(words_ptr + table_chunk * NNZ + band * BLOCKS + t, mask=valid, other=0)
+
+
+@triton.jit
+def _signed_permutation(word, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """For accumulator column q = 16t + u, from the chunk's word in that block (``_band_words``): the
+    chunk column i* = u XOR m that lands there, and its value +-1 (0 where the block does not exist)."""
+    _, valid = _band_blocks(offs_q, band, NNZ, BLOCKS)
+    source = (offs_q % WINDOW) ^ (word & (WINDOW - 1))
     negative = (word >> (16 + source)) & 1
     value = tl.where(valid, tl.where(negative != 0, -1.0, 1.0), 0.0)
     return source, value
@@ -143,87 +149,184 @@ def _slot_group(order_ptr, slot, last, SORTED: tl.constexpr):
     its entry in the order table."""
     slot = tl.minimum(slot, last)
     if SORTED:
-        return tl.load(order_ptr + slot)
+        slot = tl.load(order_ptr + slot)
     return slot
 
 
 @triton.jit
-def _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first_group, g_end, window, windows, band, group_base,
-                   column_offset, d, offs_q, NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr,
-                   GROUPS: tl.constexpr, TRANSPOSED: tl.constexpr, SORTED: tl.constexpr):
-    """The chunks at ``window`` in ``band`` of the groups at positions first_group .. first_group +
-    GROUPS - 1 (the groups themselves, or with SORTED those the order table lists there), side by
-    side: their 16 * GROUPS local columns, which of them exist (in [0, d), position before g_end),
-    and their signed-permutation tiles stacked to match ([16 * GROUPS, WIDTH], or its transpose), so
-    one dot of depth (or width) 16 * GROUPS takes them all. Built with 2-D selects only: a 3-D
-    reshape costs a shared-memory round trip (benchmarks/NOTES.md)."""
+def _step_chunks(rotations_ptr, order_ptr, first_group, g_end, window, windows, band, BANDS: tl.constexpr,
+                 GROUPS: tl.constexpr, SORTED: tl.constexpr):
+    """The table chunks at ``window`` in ``band`` of the groups at positions first_group ..
+    first_group + GROUPS - 1 (the groups themselves, or with SORTED those the order table lists
+    there; positions past g_end - 1 are clamped to it and masked by ``_step_columns``), one scalar
+    per group; GROUPS <= 4, and the unused ones repeat the first."""
+    tl.static_assert(GROUPS <= 4)
+    last = g_end - 1
+    c0 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group, last, SORTED), window, windows, band, BANDS)
+    c1 = c0
+    c2 = c0
+    c3 = c0
+    if GROUPS > 1:
+        c1 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group + 1, last, SORTED), window, windows,
+                           band, BANDS)
+    if GROUPS > 2:
+        c2 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group + 2, last, SORTED), window, windows,
+                           band, BANDS)
+    if GROUPS > 3:
+        c3 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group + 3, last, SORTED), window, windows,
+                           band, BANDS)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d,
+                  GROUPS: tl.constexpr):
+    """The step's chunks side by side: their 16 * GROUPS local columns and which of them exist (in
+    [0, d), position before g_end)."""
+    lanes = tl.arange(0, WINDOW * GROUPS)
+    stacked = lanes // WINDOW
+    chunk = tl.where(stacked == 1, c1, c0 + tl.zeros_like(stacked).to(tl.int64))
+    chunk = tl.where(stacked == 2, c2, chunk)
+    chunk = tl.where(stacked == 3, c3, chunk)
+    cols = (group_base * windows + chunk) * WINDOW - column_offset + lanes % WINDOW
+    return cols, (first_group + stacked < g_end) & (cols >= 0) & (cols < d)
+
+
+@triton.jit
+def _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr,
+                GROUPS: tl.constexpr):
+    """The step's chunks' words in the blocks of ``band`` (``_band_words``), one [WIDTH] vector per group."""
+    w0 = _band_words(words_ptr, c0, offs_q, band, NNZ, BLOCKS)
+    w1 = w0
+    w2 = w0
+    w3 = w0
+    if GROUPS > 1:
+        w1 = _band_words(words_ptr, c1, offs_q, band, NNZ, BLOCKS)
+    if GROUPS > 2:
+        w2 = _band_words(words_ptr, c2, offs_q, band, NNZ, BLOCKS)
+    if GROUPS > 3:
+        w3 = _band_words(words_ptr, c3, offs_q, band, NNZ, BLOCKS)
+    return w0, w1, w2, w3
+
+
+@triton.jit
+def _stack_group(source, value, word, g: tl.constexpr, stacked, offs_q, band, NNZ: tl.constexpr,
+                 BLOCKS: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """``source`` and ``value`` with group g's rows (columns when TRANSPOSED) taken from ``word``."""
+    source_g, value_g = _signed_permutation(word, offs_q, band, NNZ, BLOCKS)
+    if TRANSPOSED:
+        source = tl.where(stacked[None, :] == g, source_g[:, None], source)
+        value = tl.where(stacked[None, :] == g, value_g[:, None], value)
+    else:
+        source = tl.where(stacked[:, None] == g, source_g[None, :], source)
+        value = tl.where(stacked[:, None] == g, value_g[None, :], value)
+    return source, value
+
+
+@triton.jit
+def _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr, GROUPS: tl.constexpr,
+                  TRANSPOSED: tl.constexpr):
+    """The step's signed-permutation tiles stacked to match its columns ([16 * GROUPS, WIDTH], or
+    its transpose), so one dot of depth (or width) 16 * GROUPS takes them all. Built with 2-D
+    selects only: a 3-D reshape costs a shared-memory round trip (benchmarks/NOTES.md)."""
     lanes = tl.arange(0, WINDOW * GROUPS)
     lane = lanes % WINDOW
     stacked = lanes // WINDOW
-    last = g_end - 1
-    chunk_0 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group, last, SORTED), window, windows,
-                            band, BANDS)
-    source_0, value_0 = _signed_permutation(words_ptr, chunk_0, offs_q, band, NNZ, BLOCKS)
+    source_0, value_0 = _signed_permutation(w0, offs_q, band, NNZ, BLOCKS)
     none = tl.zeros_like(stacked)
-    chunk = chunk_0 + none.to(tl.int64)
     if TRANSPOSED:
         source = source_0[:, None] + none[None, :]
         value = value_0[:, None] + none[None, :].to(tl.float32)
     else:
         source = source_0[None, :] + none[:, None]
         value = value_0[None, :] + none[:, None].to(tl.float32)
-    for g in tl.static_range(1, GROUPS):
-        chunk_g = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group + g, last, SORTED), window,
-                                windows, band, BANDS)
-        source_g, value_g = _signed_permutation(words_ptr, chunk_g, offs_q, band, NNZ, BLOCKS)
-        chunk = tl.where(stacked == g, chunk_g, chunk)
-        if TRANSPOSED:
-            source = tl.where(stacked[None, :] == g, source_g[:, None], source)
-            value = tl.where(stacked[None, :] == g, value_g[:, None], value)
-        else:
-            source = tl.where(stacked[:, None] == g, source_g[None, :], source)
-            value = tl.where(stacked[:, None] == g, value_g[None, :], value)
-    cols = (group_base * windows + chunk) * WINDOW - column_offset + lane
-    mask_d = (first_group + stacked < g_end) & (cols >= 0) & (cols < d)
+    if GROUPS > 1:
+        source, value = _stack_group(source, value, w1, 1, stacked, offs_q, band, NNZ, BLOCKS, TRANSPOSED)
+    if GROUPS > 2:
+        source, value = _stack_group(source, value, w2, 2, stacked, offs_q, band, NNZ, BLOCKS, TRANSPOSED)
+    if GROUPS > 3:
+        source, value = _stack_group(source, value, w3, 3, stacked, offs_q, band, NNZ, BLOCKS, TRANSPOSED)
     if TRANSPOSED:
         tile = tl.where(source == lane[None, :], value, 0.0)
     else:
         tile = tl.where(lane[:, None] == source, value, 0.0)
-    return cols, mask_d, tile
+    return tile
+
+
+@triton.jit
+def _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd):
+    """X's columns ``cols`` of the tile's rows ([BLOCK_M, 16 * GROUPS], zeros where they do not exist)."""
+    return tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
+                   mask=mask_m[:, None] & mask_d[None, :], other=0.0)
 
 
 @triton.jit
 def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
                     column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
                     NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, GROUPS: tl.constexpr):
-    """X's chunks at ``window`` in ``band`` of GROUPS groups ([BLOCK_M, 16 * GROUPS], zeros where
-    they do not exist) and their stacked tile."""
-    cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, rotations_ptr, first_group, g_end, window,
-                                        windows, band, group_base, column_offset, d, offs_q, NNZ, BLOCKS, BANDS,
-                                        GROUPS, False, False)
-    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
-                mask=mask_m[:, None] & mask_d[None, :], other=0.0)
-    return x, tile
+    """X's chunks at ``window`` in ``band`` of GROUPS groups and their stacked tile, in one go."""
+    c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS,
+                                  GROUPS, False)
+    cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
+    w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
+    x = _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd)
+    return x, _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
+
+
+@triton.jit
+def _sum_steps_pipelined(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band,
+                         group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
+                         NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
+                         DOT_DTYPE: tl.constexpr, GROUPS: tl.constexpr):
+    """``_sum_steps`` with one dot per step, pipelined in registers: while step i's tile is built and
+    its dot runs, step i + 1's chunks and words are in flight, and step i + 2's chunk indices (the
+    rotations they wait on). Without it every step waits on its own dependent loads (rotation, then
+    words and X) before any tile work (benchmarks/NOTES.md, design 8)."""
+    c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS,
+                                  GROUPS, False)
+    cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
+    w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
+    x = _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd)
+    c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows, band,
+                                  BANDS, GROUPS, False)
+    for group in range(first_group, g_end, GROUPS):
+        tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
+        cols, mask_d = _step_columns(c0, c1, c2, c3, group + GROUPS, g_end, windows, group_base, column_offset, d,
+                                     GROUPS)
+        w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
+        x_next = _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd)
+        c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, group + 2 * GROUPS, g_end, window, windows,
+                                      band, BANDS, GROUPS, False)
+        acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
+        x = x_next
+    return acc
 
 
 @triton.jit
 def _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
                column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ: tl.constexpr,
                BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-               GROUPS: tl.constexpr, UNROLL: tl.constexpr):
+               GROUPS: tl.constexpr, UNROLL: tl.constexpr, PIPELINED: tl.constexpr):
     """acc + the products of the chunks at ``window`` in ``band`` of groups [first_group, g_end),
-    GROUPS groups per dot and UNROLL dots per step, whose loads are all issued first."""
-    for group in range(first_group, g_end, GROUPS * UNROLL):
-        x, tile = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group, g_end, window, windows, band,
-                                  group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
-                                  NNZ, BLOCKS, BANDS, GROUPS)
-        if UNROLL == 2:
-            x_next, tile_next = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group + GROUPS, g_end, window,
-                                                windows, band, group_base, column_offset, d, offs_m, mask_m,
-                                                offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS, GROUPS)
-        acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
-        if UNROLL == 2:
-            acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
+    GROUPS groups per dot and UNROLL dots per step, whose loads are all issued first; or with
+    PIPELINED (UNROLL 1) each step's loads issued a step ahead (``_sum_steps_pipelined``)."""
+    if PIPELINED:
+        tl.static_assert(UNROLL == 1)
+        acc = _sum_steps_pipelined(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band,
+                                    group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ,
+                                    BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE, GROUPS)
+    else:
+        for group in range(first_group, g_end, GROUPS * UNROLL):
+            x, tile = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group, g_end, window, windows, band,
+                                      group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
+                                      NNZ, BLOCKS, BANDS, GROUPS)
+            if UNROLL == 2:
+                x_next, tile_next = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group + GROUPS, g_end, window,
+                                                    windows, band, group_base, column_offset, d, offs_m, mask_m,
+                                                    offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS, GROUPS)
+            acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
+            if UNROLL == 2:
+                acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
     return acc
 
 
@@ -234,7 +337,7 @@ def sparse_jl_windowed_forward_kernel(
     stride_xm, stride_xd, stride_om, stride_ok, stride_split,
     NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
-    UNROLL: tl.constexpr, PROMOTE_EVERY: tl.constexpr,
+    UNROLL: tl.constexpr, PROMOTE_EVERY: tl.constexpr, PIPELINED: tl.constexpr,
 ):
     """out[split, m, window a of every block of one band] for this split's groups. Grid:
     (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
@@ -256,14 +359,14 @@ def sparse_jl_windowed_forward_kernel(
     if PROMOTE_EVERY == 0:
         acc = _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, g_begin, g_end, window, windows, band, group_base,
                          column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS,
-                         FP32_PASSES, DOT_DTYPE, GROUPS, UNROLL)
+                         FP32_PASSES, DOT_DTYPE, GROUPS, UNROLL, PIPELINED)
     else:
         for first in range(g_begin, g_end, GROUPS * UNROLL * PROMOTE_EVERY):
             run_end = tl.minimum(first + GROUPS * UNROLL * PROMOTE_EVERY, g_end)
             acc += _sum_steps(tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32), x_ptr, words_ptr, rotations_ptr,
                               first, run_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m,
                               offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE,
-                              GROUPS, UNROLL)
+                              GROUPS, UNROLL, PIPELINED)
     _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
     out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
                 + _window_columns(offs_q, window, windows, band, BLOCKS)[None, :] * stride_ok)
@@ -341,13 +444,74 @@ def _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col
 
 
 @triton.jit
+def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, order_ptr, out_ptr, partial_ptr,
+                     first_group, g_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m, offs_q,
+                     out_col0, partial_col0, scale, stride_om, stride_od, stride_pm, stride_pd, NNZ: tl.constexpr,
+                     BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                     BLOCK_M: tl.constexpr, GROUPS: tl.constexpr, TILE_LEFT: tl.constexpr,
+                     ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr, PIPELINED: tl.constexpr):
+    """Z's chunks at ``window`` in ``band`` of the groups at positions [first_group, g_end), GROUPS
+    per step, from the loop-invariant y operands (hi, mid, lo). With PAIRED (band 0, positions in
+    the order table's order, all sharing one shift) the same chunks' band-1 terms too, from
+    (hi1, mid1, lo1): a chunk's band-1 window differs from its band-0 one, the chunk does not. With
+    PIPELINED a step's loads (the order table and rotations, then the words) are issued one and two
+    steps ahead, as in ``_sum_steps_pipelined``."""
+    zeros = tl.zeros((WINDOW * GROUPS, BLOCK_M) if TILE_LEFT else (BLOCK_M, WINDOW * GROUPS), dtype=tl.float32)
+    if PIPELINED:
+        c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first_group, g_end, window, windows, band, BANDS,
+                                      GROUPS, PAIRED)
+        cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d,
+                                     GROUPS)
+        w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
+        v0, v1, v2, v3 = w0, w1, w2, w3
+        if PAIRED:
+            v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
+        c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first_group + GROUPS, g_end, window, windows, band,
+                                      BANDS, GROUPS, PAIRED)
+        for first in range(first_group, g_end, GROUPS):
+            tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
+            tile1 = tile
+            if PAIRED:
+                tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, 1, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
+            next_cols, next_mask_d = _step_columns(c0, c1, c2, c3, first + GROUPS, g_end, windows, group_base,
+                                                   column_offset, d, GROUPS)
+            w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
+            if PAIRED:
+                v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
+            c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first + 2 * GROUPS, g_end, window, windows, band,
+                                          BANDS, GROUPS, PAIRED)
+            z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
+            if PAIRED:
+                z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
+            _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
+                          stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL)
+            cols = next_cols
+            mask_d = next_mask_d
+    else:
+        for first in range(first_group, g_end, GROUPS):
+            c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first, g_end, window, windows, band, BANDS,
+                                          GROUPS, PAIRED)
+            cols, mask_d = _step_columns(c0, c1, c2, c3, first, g_end, windows, group_base, column_offset, d,
+                                         GROUPS)
+            w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
+            tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
+            z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
+            if PAIRED:
+                v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
+                tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, 1, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
+                z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
+            _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
+                          stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL)
+
+
+@triton.jit
 def sparse_jl_windowed_transpose_kernel(
     y_ptr, words_ptr, rotations_ptr, order_ptr, starts_ptr, out_ptr, partial_ptr, n, d, column_offset,
     group_base, g_first, g_last, groups_per_split, windows, band, out_col0, partial_col0, scale,
     stride_ym, stride_yk, stride_om, stride_od, stride_pm, stride_pd,
     NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
-    TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr,
+    TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr, PIPELINED: tl.constexpr,
 ):
     """Z = Y S for the chunks that land in window a, GROUPS groups' chunks per dot. Grid:
     (cdiv(n, BLOCK_M) * A, splits); splits own disjoint ranges of groups, so every output column is
@@ -369,7 +533,6 @@ def sparse_jl_windowed_transpose_kernel(
     offs_q = tl.arange(0, WIDTH)
     g_begin = g_first + pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, g_last)
-    zeros = tl.zeros((WINDOW * GROUPS, BLOCK_M) if TILE_LEFT else (BLOCK_M, WINDOW * GROUPS), dtype=tl.float32)
     if PAIRED:
         hi, mid, lo = _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, 0, stride_ym, stride_yk, NNZ,
                                     BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
@@ -377,28 +540,17 @@ def sparse_jl_windowed_transpose_kernel(
             run_begin = tl.maximum(g_begin, tl.load(starts_ptr + delta))
             run_end = tl.minimum(g_end, tl.load(starts_ptr + delta + 1))
             if run_begin < run_end:
-                shifted = (window + delta) % windows
-                hi1, mid1, lo1 = _band_operand(y_ptr, offs_m, mask_m, offs_q, shifted, windows, 1, stride_ym,
-                                               stride_yk, NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
-                for first in range(run_begin, run_end, GROUPS):
-                    cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first, run_end, window,
-                                                        windows, 0, group_base, column_offset, d, offs_q, NNZ,
-                                                        BLOCKS, BANDS, GROUPS, not TILE_LEFT, True)
-                    # the same chunks at their band-1 window: the same columns, another tile
-                    _cols, _exists, tile1 = _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first, run_end,
-                                                           shifted, windows, 1, group_base, column_offset, d,
-                                                           offs_q, NNZ, BLOCKS, BANDS, GROUPS, not TILE_LEFT, True)
-                    z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
-                    z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
-                    _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0,
-                                  scale, stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, False)
+                hi1, mid1, lo1 = _band_operand(y_ptr, offs_m, mask_m, offs_q, (window + delta) % windows, windows, 1,
+                                               stride_ym, stride_yk, NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
+                _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, order_ptr, out_ptr,
+                                 partial_ptr, run_begin, run_end, window, windows, 0, group_base, column_offset, d,
+                                 offs_m, mask_m, offs_q, out_col0, partial_col0, scale, stride_om, stride_od,
+                                 stride_pm, stride_pd, NNZ, BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE, BLOCK_M, GROUPS,
+                                 TILE_LEFT, False, True, PIPELINED)
     else:
         hi, mid, lo = _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, band, stride_ym, stride_yk,
                                     NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
-        for first in range(g_begin, g_end, GROUPS):
-            cols, mask_d, tile = _stacked_tiles(words_ptr, rotations_ptr, order_ptr, first, g_end, window, windows,
-                                                band, group_base, column_offset, d, offs_q, NNZ, BLOCKS, BANDS,
-                                                GROUPS, not TILE_LEFT, False)
-            z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
-            _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
-                          stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL)
+        _transpose_steps(hi, mid, lo, hi, mid, lo, words_ptr, rotations_ptr, order_ptr, out_ptr, partial_ptr, g_begin,
+                         g_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m, offs_q, out_col0,
+                         partial_col0, scale, stride_om, stride_od, stride_pm, stride_pd, NNZ, BLOCKS, BANDS,
+                         FP32_PASSES, DOT_DTYPE, BLOCK_M, GROUPS, TILE_LEFT, ADD_PARTIAL, False, PIPELINED)

@@ -1,10 +1,12 @@
 """Every kernel through the real Triton compiler for Hopper and Ampere, on a machine with no GPU.
 
 The interpreter accepts code that the compiler rejects (annotated constexpr globals, integer
-arguments specialised to the constant 1, list comprehensions); this catches that class of error
-in CI. The compile runs in a subprocess because this test session interprets the kernels
+arguments specialised to the constant 1, list comprehensions, a ``return`` under a constexpr
+``if`` followed by another ``return``: the compiler builds both); this catches that class of
+error in CI. The compile runs in a subprocess because this test session interprets the kernels
 (TRITON_INTERPRET=1 is fixed when they are decorated).
 """
+import itertools
 import os
 import subprocess
 import sys
@@ -60,27 +62,33 @@ def _variants():
                       "group_base": I64, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants
                 const.update(windows=1, groups_per_split=1, scale=1.0)
-            for groups, unroll, _ in sorted({windowed._forward_steps(torch_dtypes[dtype], 1),
-                                             windowed._forward_steps(torch_dtypes[dtype], 10**6)}):
+            for groups, unroll, _, pipelined in sorted({windowed._forward_steps(torch_dtypes[dtype], 1),
+                                                        windowed._forward_steps(torch_dtypes[dtype], 10**6)}):
                 yield ("sparse_jl_windowed_forward_kernel",
                        {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,
                         "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
                        {**const, "GROUPS": groups, "UNROLL": unroll,
-                        "PROMOTE_EVERY": promote_every(passes, 1000, Tiling())})
+                        "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
+                        "PIPELINED": pipelined})
             # The transpose: one launch for one or two bands (two: PAIRED); beyond, band passes
             # that store, then add to float32 sums (a half type's workspace until the last band
             # rounds into z).
             bands = spec.band_count(nnz)
             band_passes = [(dtype, False)] if bands <= 2 else [
                 (out, add) for out in sorted({dtype, "fp32"}) for add in (False, True)]
-            for out_type, add_partial in band_passes:
+            transpose_steps = [(windowed._TRANSPOSE_GROUPS, windowed._TRANSPOSE_TILE_LEFT,
+                                windowed._transpose_pipelined(torch_dtypes[dtype], bands, bands == 2, block_m))]
+            if dtype == "fp32" and passes == 3 and nnz in (16, 8):  # the steps only tests and sweeps choose
+                transpose_steps += [(2, False, False), (2, False, True), (4, True, not transpose_steps[0][2])]
+            for (out_type, add_partial), (groups, tile_left, pipelined) in itertools.product(band_passes,
+                                                                                              transpose_steps):
                 yield ("sparse_jl_windowed_transpose_kernel",
                        {"y_ptr": f"*{dtype}", "order_ptr": "*i32", "starts_ptr": "*i32", "out_ptr": f"*{out_type}",
                         "partial_ptr": "*fp32", **common, "g_first": I32, "g_last": I32, "band": I32,
                         "out_col0": I64, "partial_col0": I64, "stride_ym": I64, "stride_yk": I32, "stride_om": I64,
                         "stride_od": I32, "stride_pm": I64, "stride_pd": I32},
-                       {**const, "GROUPS": windowed._TRANSPOSE_GROUPS, "TILE_LEFT": windowed._TRANSPOSE_TILE_LEFT,
-                        "ADD_PARTIAL": add_partial, "PAIRED": bands == 2})
+                       {**const, "GROUPS": groups, "TILE_LEFT": tile_left, "ADD_PARTIAL": add_partial,
+                        "PAIRED": bands == 2, "PIPELINED": pipelined})
     for nnz in (32, 16, 8, 3, 1):
         const = {"NNZ": nnz, "BANDS": spec.band_count(nnz), "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
                  "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}

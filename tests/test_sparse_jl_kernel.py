@@ -98,6 +98,33 @@ def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, pair
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("k,nnz,paired", [(512, 8, None), (1024, 16, True), (1024, 16, False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_windowed_pipelined_steps_match_reference(kernel_device, rng, groups, k, nnz, paired, dtype):
+    """Steps whose loads are issued ahead (design 8): group counts and splits that no step divides,
+    promoted runs that restart the pipeline (float32), and for the two-band transpose runs of
+    groups sharing a shift, over which a step's prefetch must not run."""
+    n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
+    x = torch.randn(n, d, generator=rng).to(dtype)
+    want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
+    for promote in (0, 2):
+        got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset,
+                               Tiling(splits=3, steps=(groups, 1), pipelined=True, promote_every=promote))
+        assert _relative_error(got, want) <= TOLERANCE[dtype]
+    y = torch.randn(n, k, generator=rng).to(dtype)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset,
+                             Tiling(splits=3, steps=(groups, groups == 4), paired=paired, pipelined=True))
+    assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+def test_pipelined_forward_takes_one_dot_per_step(kernel_device):
+    x = torch.randn(4, 256, device=kernel_device)
+    with pytest.raises(ValueError, match="one dot per step"):
+        windowed.forward(x, 256, *_key(1), 8, 0, Tiling(steps=(1, 2), pipelined=True))
+
+
 def test_two_band_transpose_rule():
     """One launch for two bands once each program has 8 A groups, else a launch per band; never
     for three bands; a Tiling overrides."""
@@ -304,11 +331,22 @@ def test_bad_byte_budgets_are_clear_errors(monkeypatch, name, value, error):
 
 
 def test_forward_steps_rule():
-    """Half types take four groups per dot; float32 two one-group dots per step while a program has
-    fewer than 256 groups, then four groups per dot (the H100 sweep in benchmarks/RESULTS.md)."""
+    """Half types take four groups per dot, pipelined from 256 groups per program; float32 two
+    unpipelined one-group dots per step below 16 groups, then pipelined two-group steps (the H100
+    sweep in benchmarks/RESULTS.md)."""
     rule = windowed._forward_steps
-    assert rule(torch.bfloat16, 1) == rule(torch.float16, 10**6) == (4, 1, 1)
-    assert rule(torch.float32, 255) == (1, 2, 3) and rule(torch.float32, 256) == (4, 1, 1)
+    assert rule(torch.bfloat16, 255) == (4, 1, 1, False) and rule(torch.float16, 256) == (4, 1, 1, True)
+    assert rule(torch.float32, 15) == (1, 2, 3, False) and rule(torch.float32, 16) == (2, 1, 1, True)
+
+
+def test_transpose_pipelined_rule():
+    """One-band launches pipelined; launches per band never; the two-band launch in float32 with
+    64-row programs only."""
+    rule = windowed._transpose_pipelined
+    assert rule(torch.bfloat16, 1, False, 32) and rule(torch.float32, 1, False, 64)
+    assert not rule(torch.float32, 2, False, 64) and not rule(torch.float32, 3, False, 64)
+    assert rule(torch.float32, 2, True, 64)
+    assert not rule(torch.float32, 2, True, 32) and not rule(torch.bfloat16, 2, True, 64)
 
 
 def test_promotion_rule():

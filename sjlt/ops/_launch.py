@@ -69,7 +69,9 @@ class Tiling(NamedTuple):
     kernels only, ``steps`` being (groups per dot, dots per loop step) for the forward and (groups
     per dot[, stacked tile as the left operand]) for the transpose; ``promote_every``: the
     forwards' steps per separately rounded run (:func:`promote_every`); ``paired``: whether the
-    windowed transpose with two bands sums both in one launch (else one launch per band)."""
+    windowed transpose with two bands sums both in one launch (else one launch per band);
+    ``pipelined``: whether the windowed kernels issue each step's loads a step ahead (the forward
+    only with one dot per step)."""
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None
@@ -77,6 +79,7 @@ class Tiling(NamedTuple):
     steps: tuple | None = None
     promote_every: int | None = None
     paired: bool | None = None
+    pipelined: bool | None = None
 
 
 #: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run

@@ -95,21 +95,26 @@ def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
     return max(16, min(rows, (32 if float32_transpose else 64) * 256 // width))
 
 
-def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, int, int]:
-    """(groups per dot, dots per loop step, pipeline stages) of the forward, whose programs own at
-    most 8 blocks (one band), from the H100 sweep (``python benchmarks/sweep_windowed.py``,
-    benchmarks/RESULTS.md): half types run fastest with four groups in one dot and no software
-    pipelining; float32, whose three-pass split already fills a step, with two one-group dots
-    while a program has few groups (d = 1024-16384: 128 or fewer), and with one four-group dot
-    over long runs (1.27-1.36x faster at d = 2**17 and 2**20, where runs of 64 steps are summed
-    apart, :data:`PROMOTE_EVERY`)."""
-    if dtype != torch.float32 or groups_per_program >= _LONG_RUN_GROUPS:
-        return 4, 1, 1
-    return 1, 2, 3
+def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, int, int, bool]:
+    """(groups per dot, dots per loop step, pipeline stages, pipelined) of the forward, whose
+    programs own at most 8 blocks (one band). H100 sweep (``python benchmarks/sweep_windowed.py
+    --pipelined``, benchmarks/RESULTS.md): each step's loads issued a step ahead in registers
+    (design 8) pay where a program has a long run of steps: half types with four groups per dot
+    gain 1.04-1.14x from 256 groups per program and lose up to 1.15x below (d = 1024 and 4096);
+    float32 with two groups per dot gains 1.00-1.26x from 16 groups on (1.22-1.26x at d = 2**17 and
+    beyond), and below that (d = k = 1024) runs best as two unpipelined one-group dots with
+    Triton's three-stage pipeline."""
+    if dtype != torch.float32:
+        return 4, 1, 1, groups_per_program >= _LONG_RUN_GROUPS
+    if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
+        return 2, 1, 1, True
+    return 1, 2, 3, False
 
 
-#: Groups per program from which the float32 forward takes four groups per dot.
+#: Groups per program from which the half-type forward pipelines its steps.
 _LONG_RUN_GROUPS = 256
+#: Groups per program from which the float32 forward takes pipelined two-group steps.
+_FLOAT32_PIPELINED_GROUPS = 16
 
 
 #: The transpose's step: four groups' chunks per dot, computed as z^T = tile @ y^T so that the
@@ -118,6 +123,17 @@ _LONG_RUN_GROUPS = 256
 _TRANSPOSE_GROUPS = 4
 _TRANSPOSE_TILE_LEFT = True
 _TRANSPOSE_STAGES = 1
+
+
+def _transpose_pipelined(dtype: torch.dtype, bands: int, paired: bool, block_m: int) -> bool:
+    """Whether a transpose launch issues each step's loads a step ahead (design 8). H100 sweep
+    (``sweep_windowed.py --pipelined``, benchmarks/RESULTS.md): one-band transposes gain up to 1.17x
+    (none loses more than 1%); launches per band at d = 4096 (four steps per program) lose 1.04-1.11x;
+    the two-band launch gains 1.09-1.12x in float32 with 64-row programs, but loses with 32 rows
+    (1.07x, n = 32) and in bfloat16 (1.25-1.35x)."""
+    if bands == 1:
+        return True
+    return paired and dtype == torch.float32 and block_m >= 64
 
 
 def _num_warps(block_m: int, paired: bool = False) -> int:
@@ -161,8 +177,11 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         out_features, bands)
     out, stride_split = forward_output(n, out_features, splits, x)
     fp32_passes, dot_type = dot_config(x.dtype)
-    groups_per_dot, unroll, stages = _forward_steps(x.dtype, per_split)
+    groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
     groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
+    pipelined = (pipelined and unroll == 1) if tiling.pipelined is None else tiling.pipelined
+    if pipelined and unroll != 1:
+        raise ValueError(f"Tiling(pipelined=True) takes one dot per step, not steps={tiling.steps}")
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
         per_split, tables.windows, 1.0 / math.sqrt(nnz),
@@ -170,6 +189,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type,
         BLOCK_M=block_m, WIDTH=width, GROUPS=groups_per_dot, UNROLL=unroll,
         PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
+        PIPELINED=pipelined,
         num_warps=tiling.num_warps or _num_warps(block_m),
         num_stages=tiling.num_stages or stages,
     )
@@ -260,6 +280,9 @@ def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTable
     fp32_passes, dot_type = dot_config(y.dtype)
     steps = tiling.steps or (_TRANSPOSE_GROUPS,)  # (groups per dot[, tile on the left])
     tile_left = bool(steps[1]) if len(steps) > 1 else _TRANSPOSE_TILE_LEFT
+    pipelined = tiling.pipelined
+    if pipelined is None:
+        pipelined = _transpose_pipelined(y.dtype, spec.band_count(nnz), paired, block_m)
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
         y, tables.words, tables.rotations, order, starts, out, partial, n, in_features, column_offset,
         tables.group_base, g_first, g_last, per_split, tables.windows, band, out_col0, partial_col0,
@@ -268,6 +291,7 @@ def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTable
         NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=spec.band_count(nnz), FP32_PASSES=fp32_passes,
         DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width, GROUPS=steps[0], TILE_LEFT=tile_left,
         ADD_PARTIAL=band > 0, PAIRED=paired,
+        PIPELINED=pipelined,
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
