@@ -374,6 +374,121 @@ def sparse_jl_windowed_forward_kernel(
 
 
 @triton.jit
+def _shuffle_fetch(x_ptr, words_ptr, chunk, position, g_end, windows, band, group_base, column_offset, d, offs_m,
+                   mask_m, lanes, stride_xm, stride_xd, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """X's chunk ``chunk`` in column order ([BLOCK_M, 16]; zeros past g_end and outside [0, d)) and
+    its words in the blocks of ``band`` (0 for blocks that do not exist), one scalar per block."""
+    cols = (group_base * windows + chunk) * WINDOW - column_offset + lanes
+    mask_c = (lanes * 0 + position < g_end) & (cols >= 0) & (cols < d)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
+                mask=mask_m[:, None] & mask_c[None, :], other=0.0)
+    base = words_ptr + chunk * NNZ + band * BLOCKS
+    return (x, _block_word(base, 0, band, NNZ, BLOCKS), _block_word(base, 1, band, NNZ, BLOCKS),
+            _block_word(base, 2, band, NNZ, BLOCKS), _block_word(base, 3, band, NNZ, BLOCKS),
+            _block_word(base, 4, band, NNZ, BLOCKS), _block_word(base, 5, band, NNZ, BLOCKS),
+            _block_word(base, 6, band, NNZ, BLOCKS), _block_word(base, 7, band, NNZ, BLOCKS))
+
+
+@triton.jit
+def _block_word(base, t: tl.constexpr, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """The chunk's word in block band * BLOCKS + t, 0 where that block does not exist."""
+    word = tl.zeros((), dtype=tl.int32)
+    if t < BLOCKS:
+        word = tl.load(base + t, mask=band * BLOCKS + t < NNZ, other=0)
+    return word
+
+
+@triton.jit
+def _shuffle_term(acc, x, word, lanes, zeros_m):
+    """acc + the chunk's terms in one block: column u of the window takes sign * x[:, u XOR m], a
+    permutation within each row's 16 lanes (warp shuffles: ``tl.gather`` along a warp-local axis)."""
+    source = lanes ^ (word & (WINDOW - 1))
+    moved = tl.gather(x, source[None, :] + zeros_m[:, None], 1)
+    negative = (word >> (16 + source)) & 1
+    return acc + moved.to(tl.float32) * tl.where(negative != 0, -1.0, 1.0)[None, :]
+
+
+@triton.jit
+def _store_block(out_ptr, acc, t: tl.constexpr, pid_s, offs_m, mask_m, lanes, window, windows, band, scale,
+                 stride_om, stride_ok, stride_split, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """Window a of block band * BLOCKS + t of this split's output, if the block exists."""
+    if t < BLOCKS:
+        cols = ((band * BLOCKS + t) * windows + window) * WINDOW + lanes
+        exists = (lanes * 0 + band * BLOCKS + t) < NNZ
+        tl.store(out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
+                 + cols[None, :] * stride_ok, (acc * scale).to(out_ptr.dtype.element_ty),
+                 mask=mask_m[:, None] & exists[None, :])
+
+
+@triton.jit
+def sparse_jl_windowed_shuffle_forward_kernel(
+    x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
+    groups_per_split, windows, scale,
+    stride_xm, stride_xd, stride_om, stride_ok, stride_split,
+    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """The forward's output as ``sparse_jl_windowed_forward_kernel`` writes it (same grid, same
+    splits), on the CUDA cores. A block's signed-permutation tile only moves and signs a chunk's 16
+    columns, so a program loads each chunk once, in order, and for every block of its band adds
+    sign * x[:, u XOR m] to that block's 16 accumulator columns, moving the values between the lanes
+    that hold a row with warp shuffles. No tile is built and no dot taken: the work per input
+    element (8 shuffles and multiply-adds per band) does not depend on the rows per program, where
+    the tile kernel's tile build serves only BLOCK_M rows; and float32 sums are exact float32
+    additions, with no three-way split and no truncating tensor-core accumulator. Per step one
+    group, pipelined in registers: the chunk and words a step ahead, the chunk index two.
+    Loading X's columns in permuted order instead ran 10-35x slower (benchmarks/NOTES.md)."""
+    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
+    lanes = tl.arange(0, WINDOW)
+    zeros_m = tl.zeros_like(offs_m).to(tl.int32)
+    a0 = tl.zeros((BLOCK_M, WINDOW), dtype=tl.float32)
+    a1 = a0
+    a2 = a0
+    a3 = a0
+    a4 = a0
+    a5 = a0
+    a6 = a0
+    a7 = a0
+    g_begin = pid_s * groups_per_split
+    g_end = tl.minimum(g_begin + groups_per_split, groups)
+    last = g_end - 1
+    chunk = _window_chunk(rotations_ptr, g_begin, window, windows, band, BANDS)
+    x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(x_ptr, words_ptr, chunk, g_begin, g_end, windows, band,
+                                                       group_base, column_offset, d, offs_m, mask_m, lanes, stride_xm,
+                                                       stride_xd, NNZ, BLOCKS)
+    chunk = _window_chunk(rotations_ptr, tl.minimum(g_begin + 1, last), window, windows, band, BANDS)
+    for group in range(g_begin, g_end):
+        x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(x_ptr, words_ptr, chunk, group + 1, g_end, windows,
+                                                             band, group_base, column_offset, d, offs_m, mask_m,
+                                                             lanes, stride_xm, stride_xd, NNZ, BLOCKS)
+        chunk = _window_chunk(rotations_ptr, tl.minimum(group + 2, last), window, windows, band, BANDS)
+        a0 = _shuffle_term(a0, x, w0, lanes, zeros_m)
+        if BLOCKS > 1:
+            a1 = _shuffle_term(a1, x, w1, lanes, zeros_m)
+        if BLOCKS > 2:
+            a2 = _shuffle_term(a2, x, w2, lanes, zeros_m)
+        if BLOCKS > 3:
+            a3 = _shuffle_term(a3, x, w3, lanes, zeros_m)
+        if BLOCKS > 4:
+            a4 = _shuffle_term(a4, x, w4, lanes, zeros_m)
+        if BLOCKS > 5:
+            a5 = _shuffle_term(a5, x, w5, lanes, zeros_m)
+        if BLOCKS > 6:
+            a6 = _shuffle_term(a6, x, w6, lanes, zeros_m)
+        if BLOCKS > 7:
+            a7 = _shuffle_term(a7, x, w7, lanes, zeros_m)
+        x, w0, w1, w2, w3, w4, w5, w6, w7 = x_1, v0, v1, v2, v3, v4, v5, v6, v7
+    tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, stride_om, stride_ok, stride_split)
+    _store_block(out_ptr, a0, 0, *tile, NNZ, BLOCKS)
+    _store_block(out_ptr, a1, 1, *tile, NNZ, BLOCKS)
+    _store_block(out_ptr, a2, 2, *tile, NNZ, BLOCKS)
+    _store_block(out_ptr, a3, 3, *tile, NNZ, BLOCKS)
+    _store_block(out_ptr, a4, 4, *tile, NNZ, BLOCKS)
+    _store_block(out_ptr, a5, 5, *tile, NNZ, BLOCKS)
+    _store_block(out_ptr, a6, 6, *tile, NNZ, BLOCKS)
+    _store_block(out_ptr, a7, 7, *tile, NNZ, BLOCKS)
+
+
+@triton.jit
 def _split_operand(y, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, TILE_LEFT: tl.constexpr):
     """A loop-invariant y tile as the dot operands of its exact passes (hi, mid, lo; all three the
     same tile for one pass), transposed for TILE_LEFT."""

@@ -70,6 +70,12 @@ def _variants():
                        {**const, "GROUPS": groups, "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
                         "PIPELINED": pipelined})
+            if dtype == "fp32" and passes == 3 and block_m == 32:  # the CUDA-core forward (_shuffles)
+                yield ("sparse_jl_windowed_shuffle_forward_kernel",
+                       {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,
+                        "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
+                       {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "BLOCK_M")}
+                       | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const})
             # The transpose: one launch for one or two bands (two: PAIRED); beyond, band passes
             # that store, then add to float32 sums (a half type's workspace until the last band
             # rounds into z).

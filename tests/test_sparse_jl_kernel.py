@@ -119,6 +119,29 @@ def test_windowed_pipelined_steps_match_reference(kernel_device, rng, groups, k,
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k,nnz,splits", [(1024, 16, 3), (384, 12, 2), (512, 8, 1), (96, 3, 2)])
+def test_windowed_shuffle_forward_matches_reference(kernel_device, rng, k, nnz, splits, dtype):
+    """The forward on the CUDA cores (chunks permuted by warp shuffles): two bands, a short last
+    band, one band, fewer blocks than a band; group counts and splits that end mid-run; fewer rows
+    than the tile and an offset mid-chunk."""
+    n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
+    x = torch.randn(n, d, generator=rng).to(dtype)
+    want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset,
+                           Tiling(splits=splits, shuffle=True, blocks=(32,)))
+    assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+def test_shuffle_forward_rule():
+    """Exact float32 with 17-32 rows and long runs only."""
+    rule = windowed._shuffles
+    assert rule(torch.float32, 3, 32, 256) and rule(torch.float32, 3, 17, 10**6)
+    assert not rule(torch.float32, 3, 32, 255) and not rule(torch.float32, 3, 16, 10**6)
+    assert not rule(torch.float32, 3, 33, 10**6) and not rule(torch.float32, 2, 32, 10**6)
+    assert not rule(torch.bfloat16, 0, 32, 10**6)
+
+
 def test_pipelined_forward_takes_one_dot_per_step(kernel_device):
     x = torch.randn(4, 256, device=kernel_device)
     with pytest.raises(ValueError, match="one dot per step"):

@@ -71,7 +71,8 @@ class Tiling(NamedTuple):
     forwards' steps per separately rounded run (:func:`promote_every`); ``paired``: whether the
     windowed transpose with two bands sums both in one launch (else one launch per band);
     ``pipelined``: whether the windowed kernels issue each step's loads a step ahead (the forward
-    only with one dot per step)."""
+    only with one dot per step); ``shuffle``: whether the windowed forward runs on the CUDA cores
+    (``sparse_jl_windowed_shuffle_forward_kernel``) instead of multiplying tiles."""
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None
@@ -80,6 +81,7 @@ class Tiling(NamedTuple):
     promote_every: int | None = None
     paired: bool | None = None
     pipelined: bool | None = None
+    shuffle: bool | None = None
 
 
 #: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run

@@ -136,6 +136,21 @@ def _transpose_pipelined(dtype: torch.dtype, bands: int, paired: bool, block_m: 
     return paired and dtype == torch.float32 and block_m >= 64
 
 
+def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: int) -> bool:
+    """Whether the forward runs on the CUDA cores (``sparse_jl_windowed_shuffle_forward_kernel``):
+    exact float32 with one 32-row tile (n = 17-32) and long runs of groups. H100 (benchmarks/RESULTS.md,
+    "The forward on the CUDA cores"): at n = 32, d = 2**24 it takes 2.51 ms against the tile kernel's
+    3.16 (whose tile build serves only 32 rows there); with more rows it is 1.0-1.1x slower than the
+    tile kernel in float32, and in bfloat16 (one tensor-core pass, no split) 1.2-2.2x slower
+    everywhere. Short runs are launch-bound and stay on the tile kernel."""
+    return dtype == torch.float32 and fp32_passes == 3 and 16 < n <= 32 and groups_per_program >= _LONG_RUN_GROUPS
+
+
+#: Warps of the CUDA-core forward's 32-row programs: one ran 2.51 ms at n = 32, d = 2**24, two
+#: 2.85-3.44 ms.
+_SHUFFLE_WARPS = 1
+
+
 def _num_warps(block_m: int, paired: bool = False) -> int:
     # The H100 sweeps in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
     # by 5-20%; 32 rows run best with 2 warps, except the transpose that sums two bands (two y
@@ -166,17 +181,29 @@ def _grid(x: torch.Tensor, nnz: int, groups: int, windows: int, splits=None, blo
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
             tiling: Tiling = Tiling()) -> torch.Tensor:
     """Y = x S^T: a program owns window a of one band's blocks for a row tile and multiplies, per
-    group, the one chunk that lands there by its signed-permutation tile, several groups per step."""
-    from ..kernels.sparse_jl_windowed import sparse_jl_windowed_forward_kernel
+    group, the one chunk that lands there by its signed-permutation tile, several groups per step;
+    or (exact float32, one 32-row tile, :func:`_shuffles`) permutes and adds the chunk's columns on
+    the CUDA cores."""
+    from ..kernels.sparse_jl_windowed import (sparse_jl_windowed_forward_kernel,
+                                              sparse_jl_windowed_shuffle_forward_kernel)
 
     n, d = x.shape
     tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
     bands = spec.band_count(nnz)
+    fp32_passes, dot_type = dot_config(x.dtype)
     block_m, width, tiles, splits, per_split = _grid(
         x, nnz, tables.groups, tables.windows, tiling.splits, tiling.blocks[0] if tiling.blocks else None,
         out_features, bands)
     out, stride_split = forward_output(n, out_features, splits, x)
-    fp32_passes, dot_type = dot_config(x.dtype)
+    if _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle:
+        sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
+            x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
+            per_split, tables.windows, 1.0 / math.sqrt(nnz),
+            x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
+            NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, BLOCK_M=block_m,
+            num_warps=tiling.num_warps or _SHUFFLE_WARPS, num_stages=1,
+        )
+        return sum_splits(out, splits, x.dtype)
     groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
     groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
     pipelined = (pipelined and unroll == 1) if tiling.pipelined is None else tiling.pipelined
