@@ -4,6 +4,8 @@ and the pipeline depth, on the issue's shapes.
 
     python benchmarks/sweep_windowed.py [--nnz 0 16] [--out FILE]
 
+``--shuffle 32x1,64x4`` times the CUDA-core forward (``windowed._shuffles``) instead.
+
 Every configuration is checked against the launcher's default before it is timed (the same S;
 float rounding may differ with the summation order). ``ops.windowed._forward_steps`` and
 ``_TRANSPOSE_GROUPS`` are chosen from this table (benchmarks/RESULTS.md, NOTES.md).
@@ -35,6 +37,13 @@ def _steps(text: str | None) -> list[tuple[int, int, int]]:
     return [tuple(int(v) for v in item.split("x")) for item in text.split(",")] if text else []
 
 
+def _step_name(steps, stages, pipelined) -> str:
+    """The groups x dots, stages and pipelined cells of a row."""
+    if steps == "shuffle":
+        return f"CUDA cores, {stages} rows x {pipelined} warps | - | -"
+    return f"{'x'.join(map(str, map(int, steps)))} | {stages} | {'yes' if pipelined else 'no'}"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nnz", type=int, nargs="*", default=[0],
@@ -49,6 +58,8 @@ def main(argv=None) -> int:
     parser.add_argument("--transpose-steps", help="only these transpose steps, e.g. 4x1x1")
     parser.add_argument("--pipelined", action="store_true",
                         help="also time each one-dot step with its loads issued a step ahead (design 8)")
+    parser.add_argument("--shuffle", help="instead of the steps, time the CUDA-core forward with these rows x "
+                                          "warps, e.g. 32x1,64x4 (the transpose is skipped)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     forward_steps = _steps(args.forward_steps) or FORWARD_STEPS
@@ -65,7 +76,7 @@ def main(argv=None) -> int:
     print("\n".join(lines), flush=True)
     gen = torch.Generator(device="cuda").manual_seed(12)
     key = spec.philox_key(20261122)
-    for direction in args.directions.split(","):
+    for direction in ["forward"] if args.shuffle else args.directions.split(","):
         for dtype in (torch.bfloat16, torch.float32):
             for n, d, k in [shape for shape in SHAPES
                             if shape[2] >= args.min_k and shape[0] <= (args.max_n or shape[0])
@@ -79,6 +90,9 @@ def main(argv=None) -> int:
                         run = lambda tiling: windowed.forward(data, k, *key, nnz, 0, tiling)  # noqa: E731
                         configs = [((g, u), s, p) for g, u, s in forward_steps
                                    for p in ([False, True] if args.pipelined and u == 1 else [False])]
+                        if args.shuffle:
+                            configs = [("shuffle", rows, warps) for rows, warps in _steps(args.shuffle)
+                                       if rows <= max(32, n)]
                     else:
                         data = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
                         run = lambda tiling: windowed.transpose(data, d, *key, nnz, 0, tiling)  # noqa: E731
@@ -88,8 +102,11 @@ def main(argv=None) -> int:
                     default = run(Tiling())
                     default_ms = do_bench(lambda: run(Tiling()), return_mode="median")
                     for steps, stages, pipelined in configs:
-                        tiling = Tiling(steps=steps, num_stages=stages, num_warps=args.warps,
-                                        blocks=(args.block_m,) if args.block_m else None, pipelined=pipelined)
+                        if steps == "shuffle":  # (rows, warps) in the stages and pipelined columns
+                            tiling = Tiling(shuffle=True, blocks=(stages,), num_warps=pipelined)
+                        else:
+                            tiling = Tiling(steps=steps, num_stages=stages, num_warps=args.warps, shuffle=False,
+                                            blocks=(args.block_m,) if args.block_m else None, pipelined=pipelined)
                         try:
                             got = run(tiling)
                             err = ((got.float() - default.float()).norm() / default.float().norm()).item()
@@ -101,7 +118,7 @@ def main(argv=None) -> int:
                         except Exception as exc:  # out of registers / shared memory, or wrong
                             cell = f"{type(exc).__name__}: {str(exc)[:60]} | -"
                         lines.append(f"| {direction} | {str(dtype)[6:]} | {n} | {d} | {k} | {nnz} | "
-                                     f"{'x'.join(map(str, map(int, steps)))} | {stages} | {'yes' if pipelined else 'no'} | {cell} | "
+                                     f"{_step_name(steps, stages, pipelined)} | {cell} | "
                                      f"{default_ms:.3f} |")
                         print(lines[-1], flush=True)
                         if args.out:  # as it goes: a sweep cut short keeps its rows

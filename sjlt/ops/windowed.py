@@ -140,8 +140,8 @@ def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: 
     """Whether the forward runs on the CUDA cores (``sparse_jl_windowed_shuffle_forward_kernel``):
     exact float32 with one 32-row tile (n = 17-32) and long runs of groups. H100 (benchmarks/RESULTS.md,
     "The forward on the CUDA cores"): at n = 32, d = 2**24 it takes 2.51 ms against the tile kernel's
-    3.16 (whose tile build serves only 32 rows there); with more rows it is 1.0-1.1x slower than the
-    tile kernel in float32, and in bfloat16 (one tensor-core pass, no split) 1.2-2.2x slower
+    3.16 (whose tile build serves only 32 rows there); with more rows it is 1.0-1.4x slower than the
+    tile kernel in float32, and in bfloat16 (one tensor-core pass, no split) 1.2-2.3x slower
     everywhere. Short runs are launch-bound and stay on the tile kernel."""
     return dtype == torch.float32 and fp32_passes == 3 and 16 < n <= 32 and groups_per_program >= _LONG_RUN_GROUPS
 
