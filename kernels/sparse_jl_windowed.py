@@ -399,13 +399,16 @@ def _block_word(base, t: tl.constexpr, band, NNZ: tl.constexpr, BLOCKS: tl.const
 
 
 @triton.jit
-def _shuffle_term(acc, x, word, lanes, zeros_m):
-    """acc + the chunk's terms in one block: column u of the window takes sign * x[:, u XOR m], a
-    permutation within each row's 16 lanes (warp shuffles: ``tl.gather`` along a warp-local axis)."""
-    source = lanes ^ (word & (WINDOW - 1))
-    moved = tl.gather(x, source[None, :] + zeros_m[:, None], 1)
-    negative = (word >> (16 + source)) & 1
-    return acc + moved.to(tl.float32) * tl.where(negative != 0, -1.0, 1.0)[None, :]
+def _shuffle_term(acc, x, word, t: tl.constexpr, lanes, zeros_m, BLOCKS: tl.constexpr):
+    """acc + the chunk's terms in block t of the band (if the band has it): column u of the window
+    takes sign * x[:, u XOR m], a permutation within each row's 16 lanes (warp shuffles:
+    ``tl.gather`` along a warp-local axis)."""
+    if t < BLOCKS:
+        source = lanes ^ (word & (WINDOW - 1))
+        moved = tl.gather(x, source[None, :] + zeros_m[:, None], 1)
+        negative = (word >> (16 + source)) & 1
+        acc = acc + moved.to(tl.float32) * tl.where(negative != 0, -1.0, 1.0)[None, :]
+    return acc
 
 
 @triton.jit
@@ -461,22 +464,16 @@ def sparse_jl_windowed_shuffle_forward_kernel(
                                                              band, group_base, column_offset, d, offs_m, mask_m,
                                                              lanes, stride_xm, stride_xd, NNZ, BLOCKS)
         chunk = _window_chunk(rotations_ptr, tl.minimum(group + 2, last), window, windows, band, BANDS)
-        a0 = _shuffle_term(a0, x, w0, lanes, zeros_m)
-        if BLOCKS > 1:
-            a1 = _shuffle_term(a1, x, w1, lanes, zeros_m)
-        if BLOCKS > 2:
-            a2 = _shuffle_term(a2, x, w2, lanes, zeros_m)
-        if BLOCKS > 3:
-            a3 = _shuffle_term(a3, x, w3, lanes, zeros_m)
-        if BLOCKS > 4:
-            a4 = _shuffle_term(a4, x, w4, lanes, zeros_m)
-        if BLOCKS > 5:
-            a5 = _shuffle_term(a5, x, w5, lanes, zeros_m)
-        if BLOCKS > 6:
-            a6 = _shuffle_term(a6, x, w6, lanes, zeros_m)
-        if BLOCKS > 7:
-            a7 = _shuffle_term(a7, x, w7, lanes, zeros_m)
+        a0 = _shuffle_term(a0, x, w0, 0, lanes, zeros_m, BLOCKS)
+        a1 = _shuffle_term(a1, x, w1, 1, lanes, zeros_m, BLOCKS)
+        a2 = _shuffle_term(a2, x, w2, 2, lanes, zeros_m, BLOCKS)
+        a3 = _shuffle_term(a3, x, w3, 3, lanes, zeros_m, BLOCKS)
+        a4 = _shuffle_term(a4, x, w4, 4, lanes, zeros_m, BLOCKS)
+        a5 = _shuffle_term(a5, x, w5, 5, lanes, zeros_m, BLOCKS)
+        a6 = _shuffle_term(a6, x, w6, 6, lanes, zeros_m, BLOCKS)
+        a7 = _shuffle_term(a7, x, w7, 7, lanes, zeros_m, BLOCKS)
         x, w0, w1, w2, w3, w4, w5, w6, w7 = x_1, v0, v1, v2, v3, v4, v5, v6, v7
+    # eight accumulators and stores, one per block: Triton has no arrays of tensors
     tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, stride_om, stride_ok, stride_split)
     _store_block(out_ptr, a0, 0, *tile, NNZ, BLOCKS)
     _store_block(out_ptr, a1, 1, *tile, NNZ, BLOCKS)
