@@ -98,7 +98,7 @@ def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, pair
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("groups", [1, 4])  # the transpose's tile as z's right operand, then as z^T's left
 @pytest.mark.parametrize("k,nnz,paired", [(512, 8, None), (1024, 16, True), (1024, 16, False)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_windowed_pipelined_steps_match_reference(kernel_device, rng, groups, k, nnz, paired, dtype):
