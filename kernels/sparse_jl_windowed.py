@@ -19,6 +19,12 @@ dot of depth 16 * GROUPS (or two unrolled dots), the transpose as z^T = tile @ y
 four groups is a 64-row operand. One chunk per step left both latency-bound (benchmarks/NOTES.md,
 design 4).
 
+Each step is split into its loads (``_step_chunks``, ``_step_words``, ``_load_chunks``) and its
+tile build (``_stacked_tile``), so that the pipelined loops issue a step's loads one or two steps
+ahead, in registers (design 8). For exact float32 with a single 32-row tile, where a tile would
+serve too few rows to pay for its build, ``sparse_jl_windowed_shuffle_forward_kernel`` computes the
+same forward on the CUDA cores, permuting each chunk's columns with warp shuffles (design 9).
+
 The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and
 4 * nnz / 16 bytes per input column; the projection kernels only load them.
 """
