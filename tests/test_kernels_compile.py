@@ -70,6 +70,12 @@ def _variants():
                        {**const, "GROUPS": groups, "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
                         "PIPELINED": pipelined})
+            if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
+                yield ("sparse_jl_windowed_forward_kernel",
+                       {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,
+                        "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
+                       {**const, "BLOCK_M": windowed._WIDE_ROWS, "GROUPS": 4, "UNROLL": 1, "PROMOTE_EVERY": 0,
+                        "PIPELINED": True})
             if dtype == "fp32" and passes == 3 and block_m == 32:  # the CUDA-core forward (_shuffles)
                 yield ("sparse_jl_windowed_shuffle_forward_kernel",
                        {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,

@@ -133,6 +133,25 @@ def test_windowed_shuffle_forward_matches_reference(kernel_device, rng, k, nnz, 
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_wide_row_forward_matches_reference(kernel_device, rng, dtype):
+    """128-row pipelined programs (half types, long runs): a partial second row tile, splits."""
+    n, d, k, nnz, offset, seed = 150, 1203, 1024, 16, 2**33 + 9, 2**62 + 7
+    x = torch.randn(n, d, generator=rng).to(dtype)
+    want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset,
+                           Tiling(blocks=(windowed._WIDE_ROWS,), steps=(4, 1), pipelined=True, splits=2))
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+def test_wide_rows_rule():
+    """128-row programs for pipelined half-type forwards with at least 128 rows only."""
+    rule = windowed._wide_rows
+    assert rule(torch.bfloat16, 128, True) and rule(torch.float16, 10**6, True)
+    assert not rule(torch.bfloat16, 127, True) and not rule(torch.bfloat16, 4096, False)
+    assert not rule(torch.float32, 4096, True)
+
+
 def test_shuffle_forward_rule():
     """Exact float32 with 17-32 rows and long runs only."""
     rule = windowed._shuffles

@@ -136,6 +136,19 @@ def _transpose_pipelined(dtype: torch.dtype, bands: int, paired: bool, block_m: 
     return paired and dtype == torch.float32 and block_m >= 64
 
 
+def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool) -> bool:
+    """Whether a half-type forward with pipelined steps (long runs) takes 128-row programs (still 4
+    warps). H100 (``sweep_windowed.py --block-m 128 --warps 4 --pipelined``, benchmarks/RESULTS.md):
+    1.07x faster at 4096 x 2**17 and 1.30x at 1024 x 2**20 -> 8192 than 64 rows, as the tile built
+    per step serves twice the rows; float32 (whose three-pass step holds more registers) and 8
+    warps run slower. Fewer rows than that would only fill the tile with masked rows."""
+    return dtype != torch.float32 and pipelined and n >= _WIDE_ROWS
+
+
+#: Rows of a wide half-type forward program (:func:`_wide_rows`).
+_WIDE_ROWS = 128
+
+
 def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: int) -> bool:
     """Whether the forward runs on the CUDA cores (``sparse_jl_windowed_shuffle_forward_kernel``):
     exact float32 with one 32-row tile (n = 17-32) and long runs of groups. H100 (benchmarks/RESULTS.md,
@@ -194,8 +207,8 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
     block_m, width, tiles, splits, per_split = _grid(
         x, nnz, tables.groups, tables.windows, tiling.splits, tiling.blocks[0] if tiling.blocks else None,
         out_features, bands)
-    out, stride_split = forward_output(n, out_features, splits, x)
     if _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle:
+        out, stride_split = forward_output(n, out_features, splits, x)
         sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
             x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
             per_split, tables.windows, 1.0 / math.sqrt(nnz),
@@ -205,6 +218,10 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
         )
         return sum_splits(out, splits, x.dtype)
     groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
+    if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
+        block_m, width, tiles, splits, per_split = _grid(x, nnz, tables.groups, tables.windows, tiling.splits,
+                                                         _WIDE_ROWS, out_features, bands)
+    out, stride_split = forward_output(n, out_features, splits, x)
     groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
     pipelined = (pipelined and unroll == 1) if tiling.pipelined is None else tiling.pipelined
     if pipelined and unroll != 1:
