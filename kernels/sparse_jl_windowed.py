@@ -384,10 +384,9 @@ def _shuffle_fetch(x_ptr, words_ptr, chunk, position, g_end, windows, band, grou
                    mask_m, lanes, stride_xm, stride_xd, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
     """X's chunk ``chunk`` in column order ([BLOCK_M, 16]; zeros past g_end and outside [0, d)) and
     its words in the blocks of ``band`` (0 for blocks that do not exist), one scalar per block."""
-    cols = (group_base * windows + chunk) * WINDOW - column_offset + lanes
-    mask_c = (lanes * 0 + position < g_end) & (cols >= 0) & (cols < d)
-    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
-                mask=mask_m[:, None] & mask_c[None, :], other=0.0)
+    cols, mask_c = _step_columns(chunk, chunk, chunk, chunk, position, g_end, windows, group_base, column_offset, d,
+                                 1)
+    x = _load_chunks(x_ptr, cols, mask_c, offs_m, mask_m, stride_xm, stride_xd)
     base = words_ptr + chunk * NNZ + band * BLOCKS
     return (x, _block_word(base, 0, band, NNZ, BLOCKS), _block_word(base, 1, band, NNZ, BLOCKS),
             _block_word(base, 2, band, NNZ, BLOCKS), _block_word(base, 3, band, NNZ, BLOCKS),
@@ -422,8 +421,9 @@ def _store_block(out_ptr, acc, t: tl.constexpr, pid_s, offs_m, mask_m, lanes, wi
                  stride_om, stride_ok, stride_split, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
     """Window a of block band * BLOCKS + t of this split's output, if the block exists."""
     if t < BLOCKS:
-        cols = ((band * BLOCKS + t) * windows + window) * WINDOW + lanes
-        exists = (lanes * 0 + band * BLOCKS + t) < NNZ
+        offs_q = t * WINDOW + lanes  # the block's columns of a one-band accumulator
+        cols = _window_columns(offs_q, window, windows, band, BLOCKS)
+        _, exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
         tl.store(out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
                  + cols[None, :] * stride_ok, (acc * scale).to(out_ptr.dtype.element_ty),
                  mask=mask_m[:, None] & exists[None, :])

@@ -88,7 +88,8 @@ def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
     holds the y tile's three-way split. With one band per program (width <= 128) that is 64 rows
     from n = 33 on. H100 sweeps (benchmarks/RESULTS.md): the one-band forward and the two-band
     transpose run 1.1-1.8x faster with 64 rows than with 32 at n >= 1024 (the float32 launch per
-    band at d = 4096 1.08x slower), and 128 rows gain nothing."""
+    band at d = 4096 1.08x slower), and 128 rows gain nothing, except in half-type forwards with
+    pipelined steps (:func:`_wide_rows`, chosen by the forward)."""
     if triton_interpreting():
         return 16
     rows = 64 if n > 32 else 32 if n > 16 else 16
@@ -140,8 +141,9 @@ def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool) -> bool:
     """Whether a half-type forward with pipelined steps (long runs) takes 128-row programs (still 4
     warps). H100 (``sweep_windowed.py --block-m 128 --warps 4 --pipelined``, benchmarks/RESULTS.md):
     1.07x faster at 4096 x 2**17 and 1.30x at 1024 x 2**20 -> 8192 than 64 rows, as the tile built
-    per step serves twice the rows; float32 (whose three-pass step holds more registers) and 8
-    warps run slower. Fewer rows than that would only fill the tile with masked rows."""
+    per step serves twice the rows (measured at nnz 16; the one-band programs of nnz <= 8 have the
+    same shape); float32 (whose three-pass step holds more registers) and 8 warps run slower. Fewer
+    rows than that would only fill the tile with masked rows."""
     return dtype != torch.float32 and pipelined and n >= _WIDE_ROWS
 
 
@@ -166,7 +168,7 @@ _SHUFFLE_WARPS = 1
 
 def _num_warps(block_m: int, paired: bool = False) -> int:
     # The H100 sweeps in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
-    # by 5-20%; 32 rows run best with 2 warps, except the transpose that sums two bands (two y
+    # by 5-20%, except in pipelined half-type forwards, whose 128-row programs run best with 4; 32 rows run best with 2 warps, except the transpose that sums two bands (two y
     # tiles, two dots a step): at n = 32, d = 2**24 it runs 1.43x (float32) and 1.08x (bfloat16)
     # faster with 4, and slower with 8.
     return 4 if block_m >= 64 or paired else 2
