@@ -101,18 +101,21 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, in
     programs own at most 8 blocks (one band). H100 sweep (``python benchmarks/sweep_windowed.py
     --pipelined``, benchmarks/RESULTS.md): each step's loads issued a step ahead in registers
     (design 8) pay where a program has a long run of steps: half types with four groups per dot
-    gain 1.04-1.14x from 256 groups per program and lose up to 1.15x below (d = 1024 and 4096);
+    gain 1.04-1.14x from 256 groups per program and lose up to 1.15x at 8-32 (d = 1024 and 4096);
+    at 128 groups they gain 1.05-1.06x once pipelining brings 128-row programs (:func:`_wide_rows`);
     float32 with two groups per dot gains 1.00-1.26x from 16 groups on (1.22-1.26x at d = 2**17 and
     beyond), and below that (d = k = 1024) runs best as two unpipelined one-group dots with
     Triton's three-stage pipeline."""
     if dtype != torch.float32:
-        return 4, 1, 1, groups_per_program >= _LONG_RUN_GROUPS
+        return 4, 1, 1, groups_per_program >= _HALF_PIPELINED_GROUPS
     if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
         return 2, 1, 1, True
     return 1, 2, 3, False
 
 
 #: Groups per program from which the half-type forward pipelines its steps.
+_HALF_PIPELINED_GROUPS = 128
+#: Groups per program from which the float32 forward may run on the CUDA cores (:func:`_shuffles`).
 _LONG_RUN_GROUPS = 256
 #: Groups per program from which the float32 forward takes pipelined two-group steps.
 _FLOAT32_PIPELINED_GROUPS = 16
