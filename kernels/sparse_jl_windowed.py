@@ -542,10 +542,8 @@ def _tile_dot(tile, hi, mid, lo, z, FP32_PASSES: tl.constexpr, TILE_LEFT: tl.con
 
 
 @triton.jit
-def _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
-                  stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr):
-    """out[m, cols] = (partial[m, cols] +) scale * z, z being [16 GROUPS, BLOCK_M] with TILE_LEFT."""
-    z = z * scale
+def _chunk_elements(offs_m, mask_m, cols, mask_d, TILE_LEFT: tl.constexpr):
+    """(rows, columns, mask) of the step's z: [16 GROUPS, BLOCK_M] with TILE_LEFT, else its transpose."""
     if TILE_LEFT:
         rows = offs_m[None, :]
         columns = cols[:, None]
@@ -554,9 +552,35 @@ def _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col
         rows = offs_m[:, None]
         columns = cols[None, :]
         mask = mask_m[:, None] & mask_d[None, :]
+    return rows, columns, mask
+
+
+@triton.jit
+def _load_partial(partial_ptr, zeros, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm, stride_pd,
+                  TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr):
+    """With ADD_PARTIAL, the earlier bands' float32 sums at the step's columns (else ``zeros``)."""
+    partial = zeros
     if ADD_PARTIAL:
-        z += tl.load(partial_ptr + rows * stride_pm + (columns - partial_col0) * stride_pd, mask=mask,
-                     other=0.0).to(tl.float32)
+        rows, columns, mask = _chunk_elements(offs_m, mask_m, cols, mask_d, TILE_LEFT)
+        partial = tl.load(partial_ptr + rows * stride_pm + (columns - partial_col0) * stride_pd, mask=mask,
+                          other=0.0).to(tl.float32)
+    return partial
+
+
+@triton.jit
+def _store_chunks(out_ptr, partial_ptr, partial, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
+                  stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr,
+                  PARTIAL_FIRST: tl.constexpr):
+    """out[m, cols] = (partial[m, cols] +) scale * z, z being [16 GROUPS, BLOCK_M] with TILE_LEFT; with
+    PARTIAL_FIRST ``partial`` holds the partial sums, loaded by the caller before the step's tile and
+    dot (``_load_partial``) so that their latency overlaps them, else they are loaded here."""
+    z = z * scale
+    if ADD_PARTIAL:
+        if not PARTIAL_FIRST:
+            partial = _load_partial(partial_ptr, z, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm, stride_pd,
+                                    TILE_LEFT, True)
+        z += partial
+    rows, columns, mask = _chunk_elements(offs_m, mask_m, cols, mask_d, TILE_LEFT)
     tl.store(out_ptr + rows * stride_om + (columns - out_col0) * stride_od, z.to(out_ptr.dtype.element_ty),
              mask=mask)
 
@@ -567,7 +591,8 @@ def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, orde
                      out_col0, partial_col0, scale, stride_om, stride_od, stride_pm, stride_pd, NNZ: tl.constexpr,
                      BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
                      BLOCK_M: tl.constexpr, GROUPS: tl.constexpr, TILE_LEFT: tl.constexpr,
-                     ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr, PIPELINED: tl.constexpr):
+                     ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr, PIPELINED: tl.constexpr,
+                     PARTIAL_FIRST: tl.constexpr):
     """Z's chunks at ``window`` in ``band`` of the groups at positions [first_group, g_end), GROUPS
     per step, from the loop-invariant y operands (hi, mid, lo). With PAIRED (band 0, positions in
     the order table's order, all sharing one shift) the same chunks' band-1 terms too, from
@@ -587,6 +612,8 @@ def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, orde
         c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first_group + GROUPS, g_end, window, windows, band,
                                       BANDS, GROUPS, PAIRED)
         for first in range(first_group, g_end, GROUPS):
+            partial = _load_partial(partial_ptr, zeros, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm,
+                                    stride_pd, TILE_LEFT, ADD_PARTIAL and PARTIAL_FIRST)
             tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
             tile1 = tile
             if PAIRED:
@@ -601,8 +628,8 @@ def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, orde
             z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
             if PAIRED:
                 z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
-            _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
-                          stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL)
+            _store_chunks(out_ptr, partial_ptr, partial, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0,
+                          scale, stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL, PARTIAL_FIRST)
             cols = next_cols
             mask_d = next_mask_d
     else:
@@ -611,6 +638,8 @@ def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, orde
                                           GROUPS, PAIRED)
             cols, mask_d = _step_columns(c0, c1, c2, c3, first, g_end, windows, group_base, column_offset, d,
                                          GROUPS)
+            partial = _load_partial(partial_ptr, zeros, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm,
+                                    stride_pd, TILE_LEFT, ADD_PARTIAL and PARTIAL_FIRST)
             w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
             tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
             z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
@@ -618,8 +647,8 @@ def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, orde
                 v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
                 tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, 1, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
                 z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
-            _store_chunks(out_ptr, partial_ptr, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
-                          stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL)
+            _store_chunks(out_ptr, partial_ptr, partial, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0,
+                          scale, stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL, PARTIAL_FIRST)
 
 
 @triton.jit
@@ -630,6 +659,7 @@ def sparse_jl_windowed_transpose_kernel(
     NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
     TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr, PIPELINED: tl.constexpr,
+    PARTIAL_FIRST: tl.constexpr,
 ):
     """Z = Y S for the chunks that land in window a, GROUPS groups' chunks per dot. Grid:
     (cdiv(n, BLOCK_M) * A, splits); splits own disjoint ranges of groups, so every output column is
@@ -641,7 +671,8 @@ def sparse_jl_windowed_transpose_kernel(
     chunk at window a in band 0 is at window (a + delta) mod A in band 1, so both bands' y tiles are
     loop-invariant over the run and one program sums the chunk's two bands. Otherwise the program
     takes only the terms of ``band`` over groups [g_first, g_last), adds them to ``partial`` (c -
-    partial_col0) when ADD_PARTIAL, and the caller launches the bands in order.
+    partial_col0) when ADD_PARTIAL (reading them at the start of each step with PARTIAL_FIRST), and the
+    caller launches the bands in order.
 
     TILE_LEFT computes z^T = tile @ y^T instead: the stacked tile ([16 GROUPS, WIDTH]) is then the
     register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
@@ -664,11 +695,12 @@ def sparse_jl_windowed_transpose_kernel(
                                  partial_ptr, run_begin, run_end, window, windows, 0, group_base, column_offset, d,
                                  offs_m, mask_m, offs_q, out_col0, partial_col0, scale, stride_om, stride_od,
                                  stride_pm, stride_pd, NNZ, BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE, BLOCK_M, GROUPS,
-                                 TILE_LEFT, False, True, PIPELINED)
+                                 TILE_LEFT, False, True, PIPELINED, False)
     else:
         hi, mid, lo = _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, band, stride_ym, stride_yk,
                                     NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
         _transpose_steps(hi, mid, lo, hi, mid, lo, words_ptr, rotations_ptr, order_ptr, out_ptr, partial_ptr, g_begin,
                          g_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m, offs_q, out_col0,
                          partial_col0, scale, stride_om, stride_od, stride_pm, stride_pd, NNZ, BLOCKS, BANDS,
-                         FP32_PASSES, DOT_DTYPE, BLOCK_M, GROUPS, TILE_LEFT, ADD_PARTIAL, False, PIPELINED)
+                         FP32_PASSES, DOT_DTYPE, BLOCK_M, GROUPS, TILE_LEFT, ADD_PARTIAL, False, PIPELINED,
+                         PARTIAL_FIRST)

@@ -6,7 +6,6 @@ arguments specialised to the constant 1, list comprehensions, a ``return`` under
 error in CI. The compile runs in a subprocess because this test session interprets the kernels
 (TRITON_INTERPRET=1 is fixed when they are decorated).
 """
-import itertools
 import os
 import subprocess
 import sys
@@ -14,6 +13,23 @@ import sys
 import pytest
 
 I32, I64 = "i32", "i64"
+
+
+def _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps):
+    """The windowed transpose kernel's specialisations for one band pass and its steps."""
+    import torch
+
+    from sjlt.ops import windowed
+
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    for groups, tile_left, pipelined in transpose_steps:
+        yield ("sparse_jl_windowed_transpose_kernel",
+               {"y_ptr": f"*{dtype}", "order_ptr": "*i32", "starts_ptr": "*i32", "out_ptr": f"*{out_type}",
+                "partial_ptr": "*fp32", **common, "g_first": I32, "g_last": I32, "band": I32,
+                "out_col0": I64, "partial_col0": I64, "stride_ym": I64, "stride_yk": I32, "stride_om": I64,
+                "stride_od": I32, "stride_pm": I64, "stride_pd": I32},
+               {**const, "GROUPS": groups, "TILE_LEFT": tile_left, "ADD_PARTIAL": add_partial, "PAIRED": paired,
+                "PIPELINED": pipelined, "PARTIAL_FIRST": windowed._partial_first(torch_dtype)})
 
 
 def _variants():
@@ -82,26 +98,21 @@ def _variants():
                         "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
                        {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "BLOCK_M")}
                        | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const})
-            # The transpose: one launch for one or two bands (two: PAIRED); beyond, band passes
-            # that store, then add to float32 sums (a half type's workspace until the last band
-            # rounds into z).
+            # The transpose: one launch for one band, or for two (PAIRED) where runs are long; else
+            # band passes that store, then add to float32 sums (a half type's workspace until the
+            # last band rounds into z).
             bands = spec.band_count(nnz)
-            band_passes = [(dtype, False)] if bands <= 2 else [
-                (out, add) for out in sorted({dtype, "fp32"}) for add in (False, True)]
-            transpose_steps = [(windowed._TRANSPOSE_GROUPS, windowed._TRANSPOSE_TILE_LEFT,
-                                windowed._transpose_pipelined(torch_dtypes[dtype], bands, bands == 2, block_m))]
-            if dtype == "fp32" and passes == 3 and nnz in (16, 8):  # the steps only tests and sweeps choose
-                transpose_steps += [(2, False, False), (2, False, True), (4, True, not transpose_steps[0][2])]
-            for (out_type, add_partial), (groups, tile_left, pipelined) in itertools.product(band_passes,
-                                                                                              transpose_steps):
-                yield ("sparse_jl_windowed_transpose_kernel",
-                       {"y_ptr": f"*{dtype}", "order_ptr": "*i32", "starts_ptr": "*i32", "out_ptr": f"*{out_type}",
-                        "partial_ptr": "*fp32", **common, "g_first": I32, "g_last": I32, "band": I32,
-                        "out_col0": I64, "partial_col0": I64, "stride_ym": I64, "stride_yk": I32, "stride_om": I64,
-                        "stride_od": I32, "stride_pm": I64, "stride_pd": I32},
-                       {**const, "GROUPS": groups, "TILE_LEFT": tile_left, "ADD_PARTIAL": add_partial,
-                        "PAIRED": bands == 2, "PIPELINED": pipelined})
+            per_band = [(out, add, False) for out in sorted({dtype, "fp32"}) for add in (False, True)]
+            band_passes = {1: [(dtype, False, False)],  # two bands per band where runs are short (d = 4096)
+                           2: [(dtype, False, True)] + (per_band if block_m == 64 else [])}.get(bands, per_band)
+            for out_type, add_partial, paired in band_passes:
+                transpose_steps = [(windowed._TRANSPOSE_GROUPS, windowed._TRANSPOSE_TILE_LEFT,
+                                    windowed._transpose_pipelined(torch_dtypes[dtype], bands, paired, block_m))]
+                if dtype == "fp32" and passes == 3 and nnz in (16, 8) and (bands == 1 or paired):  # sweeps' steps
+                    transpose_steps += [(2, False, False), (2, False, True), (4, True, not transpose_steps[0][2])]
+                yield from _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps)
     for nnz in (32, 16, 8, 3, 1):
+
         const = {"NNZ": nnz, "BANDS": spec.band_count(nnz), "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
                  "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}
         if nnz == 1:

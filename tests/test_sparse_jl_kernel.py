@@ -381,6 +381,13 @@ def test_forward_steps_rule():
     assert rule(torch.float32, 15) == (1, 2, 3, False) and rule(torch.float32, 16) == (2, 1, 1, True)
 
 
+def test_partial_first_rule():
+    """Band launches after the first read the earlier bands' sums at the start of each step in float32
+    only (the H100 comparison in benchmarks/RESULTS.md)."""
+    assert windowed._partial_first(torch.float32)
+    assert not windowed._partial_first(torch.bfloat16) and not windowed._partial_first(torch.float16)
+
+
 def test_transpose_pipelined_rule():
     """One-band launches pipelined; launches per band never; the two-band launch in float32 with
     64-row programs only."""

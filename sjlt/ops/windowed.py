@@ -140,6 +140,15 @@ def _transpose_pipelined(dtype: torch.dtype, bands: int, paired: bool, block_m: 
     return paired and dtype == torch.float32 and block_m >= 64
 
 
+def _partial_first(dtype: torch.dtype) -> bool:
+    """Whether a band launch after the first reads the earlier bands' sums at the start of each step
+    (before its tile and dot) rather than after the dot. H100 (benchmarks/RESULTS.md, "The earlier
+    bands' sums read first"): float32 launches per band 1.12-1.18x faster (d = k = 4096: 9.97 ->
+    8.44 ms), where the band-1 launch waited on that read; bfloat16 (64-row programs, which then hold
+    a float32 workspace tile through the step) 1.03-1.05x slower."""
+    return dtype == torch.float32
+
+
 def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool) -> bool:
     """Whether a half-type forward with pipelined steps (long runs) takes 128-row programs (still 4
     warps). H100 (``sweep_windowed.py --block-m 128 --warps 4 --pipelined``, benchmarks/RESULTS.md):
@@ -171,7 +180,8 @@ _SHUFFLE_WARPS = 1
 
 def _num_warps(block_m: int, paired: bool = False) -> int:
     # The H100 sweeps in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
-    # by 5-20%, except in pipelined half-type forwards, whose 128-row programs run best with 4; 32 rows run best with 2 warps, except the transpose that sums two bands (two y
+    # by 5-20%, except in pipelined half-type forwards, whose 128-row programs run best with 4; 32
+    # rows run best with 2 warps, except the transpose that sums two bands (two y
     # tiles, two dots a step): at n = 32, d = 2**24 it runs 1.43x (float32) and 1.08x (bfloat16)
     # faster with 4, and slower with 8.
     return 4 if block_m >= 64 or paired else 2
@@ -340,7 +350,7 @@ def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTable
         NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=spec.band_count(nnz), FP32_PASSES=fp32_passes,
         DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width, GROUPS=steps[0], TILE_LEFT=tile_left,
         ADD_PARTIAL=band > 0, PAIRED=paired,
-        PIPELINED=pipelined,
+        PIPELINED=pipelined, PARTIAL_FIRST=_partial_first(y.dtype),
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
