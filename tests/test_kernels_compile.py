@@ -103,7 +103,8 @@ def _variants():
             # last band rounds into z).
             bands = spec.band_count(nnz)
             per_band = [(out, add, False) for out in sorted({dtype, "fp32"}) for add in (False, True)]
-            band_passes = {1: [(dtype, False, False)],  # two bands per band where runs are short (d = 4096)
+            band_passes = {1: [(dtype, False, False)],
+                           # two bands: one launch, and launches per band where runs are short (d = 4096)
                            2: [(dtype, False, True)] + (per_band if block_m == 64 else [])}.get(bands, per_band)
             for out_type, add_partial, paired in band_passes:
                 transpose_steps = [(windowed._TRANSPOSE_GROUPS, windowed._TRANSPOSE_TILE_LEFT,
@@ -112,7 +113,6 @@ def _variants():
                     transpose_steps += [(2, False, False), (2, False, True), (4, True, not transpose_steps[0][2])]
                 yield from _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps)
     for nnz in (32, 16, 8, 3, 1):
-
         const = {"NNZ": nnz, "BANDS": spec.band_count(nnz), "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
                  "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}
         if nnz == 1:
