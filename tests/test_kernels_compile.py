@@ -92,7 +92,7 @@ def _variants():
                         "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
                        {**const, "BLOCK_M": windowed._WIDE_ROWS, "GROUPS": 4, "UNROLL": 1, "PROMOTE_EVERY": 0,
                         "PIPELINED": True})
-            if dtype == "fp32" and passes == 3 and block_m == 32:  # the CUDA-core forward (_shuffles)
+            if dtype == "fp32" and passes == 3 and block_m in (32, 16):  # the CUDA-core forward (_shuffles)
                 yield ("sparse_jl_windowed_shuffle_forward_kernel",
                        {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,
                         "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},

@@ -121,15 +121,16 @@ def test_windowed_pipelined_steps_match_reference(kernel_device, rng, groups, k,
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("k,nnz,splits", [(1024, 16, 3), (384, 12, 2), (512, 8, 1), (96, 3, 2)])
-def test_windowed_shuffle_forward_matches_reference(kernel_device, rng, k, nnz, splits, dtype):
+@pytest.mark.parametrize("n,rows", [(21, 32), (5, 16)])
+def test_windowed_shuffle_forward_matches_reference(kernel_device, rng, k, nnz, splits, n, rows, dtype):
     """The forward on the CUDA cores (chunks permuted by warp shuffles): two bands, a short last
     band, one band, fewer blocks than a band; group counts and splits that end mid-run; fewer rows
-    than the tile and an offset mid-chunk."""
-    n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
+    than the 32- or 16-row tile and an offset mid-chunk."""
+    d, offset, seed = 1203, 2**33 + 9, 2**62 + 7
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
     got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset,
-                           Tiling(splits=splits, shuffle=True, blocks=(32,)))
+                           Tiling(splits=splits, shuffle=True, blocks=(rows,)))
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
@@ -153,12 +154,16 @@ def test_wide_rows_rule():
 
 
 def test_shuffle_forward_rule():
-    """Exact float32 with 17-32 rows and long runs only."""
+    """Exact float32 with at most 32 rows and runs of 240 groups or more only; two warps for 32-row
+    programs at A >= 32 windows, else one."""
     rule = windowed._shuffles
-    assert rule(torch.float32, 3, 32, 256) and rule(torch.float32, 3, 17, 10**6)
-    assert not rule(torch.float32, 3, 32, 255) and not rule(torch.float32, 3, 16, 10**6)
+    assert rule(torch.float32, 3, 32, 240) and rule(torch.float32, 3, 17, 10**6) and rule(torch.float32, 3, 1, 240)
+    assert not rule(torch.float32, 3, 32, 239) and not rule(torch.float32, 3, 16, 239)
     assert not rule(torch.float32, 3, 33, 10**6) and not rule(torch.float32, 2, 32, 10**6)
     assert not rule(torch.bfloat16, 0, 32, 10**6)
+    warps = windowed._shuffle_warps
+    assert warps(32, 32) == 2 and warps(17, 64) == 2
+    assert warps(32, 16) == 1 and warps(16, 32) == 1 and warps(1, 64) == 1
 
 
 def test_pipelined_forward_takes_one_dot_per_step(kernel_device):

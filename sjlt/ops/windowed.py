@@ -115,8 +115,6 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, in
 
 #: Groups per program from which the half-type forward pipelines its steps.
 _HALF_PIPELINED_GROUPS = 128
-#: Groups per program from which the float32 forward may run on the CUDA cores (:func:`_shuffles`).
-_LONG_RUN_GROUPS = 256
 #: Groups per program from which the float32 forward takes pipelined two-group steps.
 _FLOAT32_PIPELINED_GROUPS = 16
 
@@ -165,17 +163,27 @@ _WIDE_ROWS = 128
 
 def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: int) -> bool:
     """Whether the forward runs on the CUDA cores (``sparse_jl_windowed_shuffle_forward_kernel``):
-    exact float32 with one 32-row tile (n = 17-32) and long runs of groups. H100 (benchmarks/RESULTS.md,
-    "The forward on the CUDA cores"): at n = 32, d = 2**24 it takes 2.51 ms against the tile kernel's
-    3.16 (whose tile build serves only 32 rows there); with more rows it is 1.0-1.4x slower than the
-    tile kernel in float32, and in bfloat16 (one tensor-core pass, no split) 1.2-2.3x slower
-    everywhere. Short runs are launch-bound and stay on the tile kernel."""
-    return dtype == torch.float32 and fp32_passes == 3 and 16 < n <= 32 and groups_per_program >= _LONG_RUN_GROUPS
+    exact float32 with one row tile (n <= 32) and long runs of groups. H100 (benchmarks/RESULTS.md,
+    "The forward on the CUDA cores" and "Few rows on the CUDA cores"): at n = 32, d = 2**24 it takes
+    2.51 ms against the tile kernel's 3.16 (whose tile build serves only 32 rows there), and with
+    n = 1-16 (16-row programs) it is 1.33-1.67x faster than the tile kernel on every shape measured
+    (241-1986 groups per program); with more rows it is 1.0-1.4x slower than the tile kernel in
+    float32, and in bfloat16 (one tensor-core pass, no split) 1.2-2.3x slower. Short runs are
+    launch-bound and stay on the tile kernel."""
+    return dtype == torch.float32 and fp32_passes == 3 and n <= 32 and groups_per_program >= _SHUFFLE_RUN_GROUPS
 
 
-#: Warps of the CUDA-core forward's 32-row programs: one ran 2.51 ms at n = 32, d = 2**24, two
-#: 2.85-3.44 ms.
-_SHUFFLE_WARPS = 1
+#: Groups per program from which the CUDA-core forward runs (:func:`_shuffles`): it won at every
+#: shape measured, down to 241.
+_SHUFFLE_RUN_GROUPS = 240
+
+
+def _shuffle_warps(n: int, windows: int) -> int:
+    """Warps of a CUDA-core forward program. H100 ("Few rows on the CUDA cores"): one, except for
+    32-row programs at A >= 32 windows (k = 8192 at nnz 16), which run 1.28-1.37x faster with two;
+    there 16-row programs run 1.03-1.53x slower with two, and at k <= 4096 32-row programs
+    1.27-1.39x."""
+    return 2 if n > 16 and windows >= 32 else 1
 
 
 def _num_warps(block_m: int, paired: bool = False) -> int:
@@ -210,7 +218,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
             tiling: Tiling = Tiling()) -> torch.Tensor:
     """Y = x S^T: a program owns window a of one band's blocks for a row tile and multiplies, per
     group, the one chunk that lands there by its signed-permutation tile, several groups per step;
-    or (exact float32, one 32-row tile, :func:`_shuffles`) permutes and adds the chunk's columns on
+    or (exact float32, one row tile, :func:`_shuffles`) permutes and adds the chunk's columns on
     the CUDA cores."""
     from ..kernels.sparse_jl_windowed import (sparse_jl_windowed_forward_kernel,
                                               sparse_jl_windowed_shuffle_forward_kernel)
@@ -229,7 +237,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
             per_split, tables.windows, 1.0 / math.sqrt(nnz),
             x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
             NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, BLOCK_M=block_m,
-            num_warps=tiling.num_warps or _SHUFFLE_WARPS, num_stages=1,
+            num_warps=tiling.num_warps or _shuffle_warps(n, tables.windows), num_stages=1,
         )
         return sum_splits(out, splits, x.dtype)
     groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
