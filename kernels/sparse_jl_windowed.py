@@ -267,15 +267,25 @@ def _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd):
 
 
 @triton.jit
+def _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, first_group, g_end, windows, band, group_base, column_offset, d,
+                offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ: tl.constexpr, BLOCKS: tl.constexpr,
+                GROUPS: tl.constexpr):
+    """The forward step's loads once its chunk indices are known: X's chunks and their words."""
+    cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
+    w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
+    return _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd), w0, w1, w2, w3
+
+
+@triton.jit
 def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
                     column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
                     NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, GROUPS: tl.constexpr):
     """X's chunks at ``window`` in ``band`` of GROUPS groups and their stacked tile, in one go."""
     c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS,
                                   GROUPS, False)
-    cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
-    w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
-    x = _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd)
+    x, w0, w1, w2, w3 = _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, first_group, g_end, windows, band,
+                                    group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ,
+                                    BLOCKS, GROUPS)
     return x, _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
 
 
@@ -290,17 +300,16 @@ def _sum_steps_pipelined(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_en
     words and X) before any tile work (benchmarks/NOTES.md, design 8)."""
     c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS,
                                   GROUPS, False)
-    cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
-    w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
-    x = _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd)
+    x, w0, w1, w2, w3 = _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, first_group, g_end, windows, band,
+                                    group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ,
+                                    BLOCKS, GROUPS)
     c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows, band,
                                   BANDS, GROUPS, False)
     for group in range(first_group, g_end, GROUPS):
         tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
-        cols, mask_d = _step_columns(c0, c1, c2, c3, group + GROUPS, g_end, windows, group_base, column_offset, d,
-                                     GROUPS)
-        w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
-        x_next = _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd)
+        x_next, w0, w1, w2, w3 = _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, group + GROUPS, g_end, windows, band,
+                                             group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm,
+                                             stride_xd, NNZ, BLOCKS, GROUPS)
         c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, group + 2 * GROUPS, g_end, window, windows,
                                       band, BANDS, GROUPS, False)
         acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
@@ -334,6 +343,17 @@ def _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window,
             if UNROLL == 2:
                 acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
     return acc
+
+
+@triton.jit
+def _store_window(out_ptr, acc, offs_q, pid_s, offs_m, mask_m, window, windows, band, scale, stride_om, stride_ok,
+                  stride_split, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """scale * acc into window a of this split's output, acc's column q = 16t + u being row u of the
+    window in block band * BLOCKS + t (blocks that do not exist are not written)."""
+    _, exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
+    tl.store(out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
+             + _window_columns(offs_q, window, windows, band, BLOCKS)[None, :] * stride_ok,
+             (acc * scale).to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & exists[None, :])
 
 
 @triton.jit
@@ -373,10 +393,8 @@ def sparse_jl_windowed_forward_kernel(
                               first, run_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m,
                               offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE,
                               GROUPS, UNROLL, PIPELINED)
-    _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
-    out_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
-                + _window_columns(offs_q, window, windows, band, BLOCKS)[None, :] * stride_ok)
-    tl.store(out_ptrs, (acc * scale).to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & block_exists[None, :])
+    _store_window(out_ptr, acc, offs_q, pid_s, offs_m, mask_m, window, windows, band, scale, stride_om, stride_ok,
+                  stride_split, NNZ, BLOCKS)
 
 
 @triton.jit
@@ -420,13 +438,9 @@ def _shuffle_term(acc, x, word, t: tl.constexpr, lanes, zeros_m, BLOCKS: tl.cons
 def _store_block(out_ptr, acc, t: tl.constexpr, pid_s, offs_m, mask_m, lanes, window, windows, band, scale,
                  stride_om, stride_ok, stride_split, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
     """Window a of block band * BLOCKS + t of this split's output, if the block exists."""
-    if t < BLOCKS:
-        offs_q = t * WINDOW + lanes  # the block's columns of a one-band accumulator
-        cols = _window_columns(offs_q, window, windows, band, BLOCKS)
-        _, exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
-        tl.store(out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
-                 + cols[None, :] * stride_ok, (acc * scale).to(out_ptr.dtype.element_ty),
-                 mask=mask_m[:, None] & exists[None, :])
+    if t < BLOCKS:  # the block's columns of a one-band accumulator
+        _store_window(out_ptr, acc, t * WINDOW + lanes, pid_s, offs_m, mask_m, window, windows, band, scale,
+                      stride_om, stride_ok, stride_split, NNZ, BLOCKS)
 
 
 @triton.jit
