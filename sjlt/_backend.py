@@ -57,3 +57,8 @@ def dot_dtype(low_precision):
 @functools.lru_cache(maxsize=None)
 def multiprocessor_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def device_capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)

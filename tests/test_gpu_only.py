@@ -109,3 +109,59 @@ def test_cuda_graph_of_a_multi_band_backward(n, d, nnz):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(static_in.grad, eager)
+
+
+GLUON = pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) and windowed._gluon_importable()),
+    reason="the Gluon forward runs on sm_90 GPUs only")
+
+
+# (n, d, k, nnz, column_offset, splits, rows, groups per step, stages, dtype)
+GLUON_CASES = [
+    (150, 1200, 1024, 8, 0, 1, 128, 4, 2, torch.bfloat16),  # a partial second row tile; a partial last group
+    (77, 4096 + 48, 4096, 16, 2**33 + 32, 3, 64, 4, 2, torch.float16),  # two bands, offset > 2**32, splits
+    (300, 3008, 384, 12, 16, 2, 128, 2, 3, torch.bfloat16),  # a short last band, three stages
+    (64, 2048, 64, 4, 0, 1, 64, 1, 2, torch.float16),  # A = 1, one group per step
+    (40, 5008, 768, 24, 2**31 + 16, 1, 64, 4, 3, torch.bfloat16),  # three bands
+    (129, 1024, 48, 3, 0, 1, 128, 4, 2, torch.bfloat16),  # nnz 3: WIDTH padded to the wgmma's 64
+]
+
+
+@GLUON
+@pytest.mark.parametrize("n,d,k,nnz,offset,splits,rows,groups,stages,dtype", GLUON_CASES)
+def test_gluon_forward_matches_triton_kernel_and_reference(n, d, k, nnz, offset, splits, rows, groups, stages, dtype):
+    """The Gluon forward sums the same tiles in the same order as the Triton kernel: bitwise equal
+    to it, and within the half type's tolerance of the float64 reference."""
+    seed = 2**63 + n
+    gen = torch.Generator().manual_seed(n * d)
+    x = torch.randn(n, d, generator=gen).to(dtype).cuda()
+    key = sjlt.spec.philox_key(seed)
+    got = windowed.forward(x, k, *key, nnz, offset, Tiling(gluon=True, splits=splits, blocks=(rows,),
+                                                          steps=(groups, 1), num_stages=stages))
+    triton_kernel = windowed.forward(x, k, *key, nnz, offset, Tiling(gluon=False, splits=splits))
+    assert torch.equal(got, triton_kernel)
+    want = reference.sparse_jl_forward(x.double().cpu(), k, seed=seed, nnz=nnz, column_offset=offset)
+    error = float((got.double().cpu() - want).abs().max() / want.abs().max())
+    assert error <= {torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+
+
+@GLUON
+def test_gluon_forward_reads_a_padded_row_stride():
+    x = torch.randn(200, 1024 + 64, device="cuda", dtype=torch.bfloat16)[:, :1024]
+    key = sjlt.spec.philox_key(3)
+    got = windowed.forward(x, 1024, *key, 8, 0, Tiling(gluon=True))
+    assert torch.equal(got, windowed.forward(x.contiguous(), 1024, *key, 8, 0, Tiling(gluon=False)))
+
+
+@GLUON
+def test_gluon_forward_rule_on_the_gpu():
+    """Taken by default for an eligible short-run input; never for float32, misaligned or strided
+    inputs, which keep the Triton kernel (and Tiling(gluon=True) says why it cannot run)."""
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    assert windowed._gluon_forward(x, 0, 16) and windowed._gluon_forward(x, 2**33, 128)
+    assert not windowed._gluon_forward(x, 8, 16)  # chunks would start mid-vector
+    assert not windowed._gluon_forward(x.float(), 0, 16)
+    assert not windowed._gluon_forward(x[:, 8:], 0, 16)  # unaligned start and width
+    assert not windowed._gluon_forward(x[:, ::2], 0, 16)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        windowed.forward(x[:, 8:], 4096, 1, 2, 16, 0, Tiling(gluon=True))

@@ -129,6 +129,48 @@ def _variants():
                    {"DOMAIN": spec.DOMAIN_DROPOUT, "PER_ROW_SEED": per_row, "CONTIGUOUS": contiguous, "BLOCK": 1024})
 
 
+def _gluon_variants():
+    """(signature, constexprs) of the Gluon forward (sm_90 only) for the launcher's and the tests'
+    rows, steps and stages."""
+    from sjlt import spec
+    from sjlt.ops import windowed
+
+    for dtype in ("bf16", "fp16"):
+        for nnz, block_n, groups, stages in [(16, 128, *windowed._GLUON_STEPS), (8, 128, *windowed._GLUON_STEPS),
+                                             (4, 64, *windowed._GLUON_STEPS), (3, 64, 2, 3), (12, 128, 1, 2),
+                                             (24, 64, 4, 3)]:
+            yield ({"x_ptr": f"*{dtype}", "words_ptr": "*i32", "rotations_ptr": "*i32", "out_ptr": f"*{dtype}",
+                    "n": I32, "d": I64, "column_offset": I64, "group_base": I64, "groups": I32,
+                    "groups_per_split": I32, "windows": I32, "scale": "fp32", "stride_xm": I64, "stride_om": I64,
+                    "stride_ok": I32, "stride_split": I64},
+                   {"NNZ": nnz, "BLOCKS": windowed._band_blocks(nnz), "BANDS": spec.band_count(nnz),
+                    "BLOCK_N": block_n, "WIDTH": max(windowed._width(nnz), windowed._GLUON_MIN_WIDTH),
+                    "GROUPS": groups, "STAGES": stages})
+
+
+def compile_gluon(target) -> int:
+    """The Gluon forward, with the 16-divisible arguments the launcher guarantees (its cp.async
+    copies need them proven)."""
+    import triton
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from sjlt.kernels.sparse_jl_windowed_gluon import sparse_jl_windowed_gluon_forward_kernel as kernel
+
+    failures = 0
+    for signature, const in _gluon_variants():
+        signature = dict(signature, **{c: "constexpr" for c in const})
+        divisible = [i for i, name in enumerate(signature) if name in ("x_ptr", "out_ptr", "d", "column_offset",
+                                                                        "stride_xm", "stride_om")]
+        attrs = {(i,): [["tt.divisibility", 16]] for i in divisible}
+        try:
+            compiled = triton.compile(GluonASTSource(kernel, signature, const, attrs), target=target)
+            assert "wgmma.mma_async" in compiled.asm["ptx"] and "cp.async" in compiled.asm["ptx"], "no wgmma/cp.async"
+        except Exception as exc:
+            failures += 1
+            print(f"FAILED sm_{target.arch} gluon {signature} {const}:\n{exc}\n", flush=True)
+    return failures
+
+
 def compile_all(arch: int) -> int:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -150,6 +192,8 @@ def compile_all(arch: int) -> int:
         except Exception as exc:  # report every failing variant, not just the first
             failures += 1
             print(f"FAILED sm_{arch} {name} {signature} {const}:\n{exc}\n", flush=True)
+    if arch == 90:  # the Gluon forward is Hopper's (wgmma)
+        failures += compile_gluon(target)
     return failures
 
 

@@ -166,6 +166,25 @@ def test_shuffle_forward_rule():
     assert warps(32, 16) == 1 and warps(16, 32) == 1 and warps(1, 64) == 1
 
 
+def test_gluon_forward_rule(monkeypatch):
+    """Half types with more than 32 rows and 16-128 groups per program, where the GPU can run it;
+    the rest keep the Triton kernels. (The kernel itself runs in tests/test_gpu_only.py: Gluon has
+    no interpreter.)"""
+    x = torch.empty(64, 1024, dtype=torch.bfloat16)
+    assert not windowed._gluon_supported(x, 0)  # not on a GPU
+    monkeypatch.setattr(windowed, "_gluon_supported", lambda x, column_offset: True)
+    rule = windowed._gluon_forward
+    assert rule(x, 0, 16) and rule(x, 0, 128) and rule(x.half(), 0, 64)
+    assert not rule(x, 0, 15) and not rule(x, 0, 129)
+    assert not rule(x[:32], 0, 64) and not rule(x.float(), 0, 64)
+
+
+def test_gluon_forward_refuses_an_input_it_cannot_run(kernel_device):
+    x = torch.randn(64, 1024, device=kernel_device)  # float32: never the Gluon kernel's
+    with pytest.raises(ValueError, match="sm_90"):
+        windowed.forward(x, 1024, *_key(1), 8, 0, Tiling(gluon=True))
+
+
 def test_pipelined_forward_takes_one_dot_per_step(kernel_device):
     x = torch.randn(4, 256, device=kernel_device)
     with pytest.raises(ValueError, match="one dot per step"):

@@ -72,7 +72,9 @@ class Tiling(NamedTuple):
     windowed transpose with two bands sums both in one launch (else one launch per band);
     ``pipelined``: whether the windowed kernels issue each step's loads a step ahead (the forward
     only with one dot per step); ``shuffle``: whether the windowed forward runs on the CUDA cores
-    (``sparse_jl_windowed_shuffle_forward_kernel``) instead of multiplying tiles."""
+    (``sparse_jl_windowed_shuffle_forward_kernel``) instead of multiplying tiles; ``gluon``: whether
+    a half-type windowed forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``;
+    True needs an eligible input and GPU)."""
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None
@@ -82,6 +84,7 @@ class Tiling(NamedTuple):
     paired: bool | None = None
     pipelined: bool | None = None
     shuffle: bool | None = None
+    gluon: bool | None = None
 
 
 #: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run

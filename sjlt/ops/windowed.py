@@ -1,13 +1,14 @@
 """Launchers of the windowed layout's kernels (k = 16 * A * nnz, docs/spec.md 2b) and its per-call tables."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
 import torch
 
 from .. import _buffers, backends, spec
-from .._backend import triton_interpreting
+from .._backend import device_capability, triton_interpreting
 from ._launch import Tiling, dot_config, forward_output, promote_every, splits_to_fill, sum_splits
 
 
@@ -186,6 +187,77 @@ def _shuffle_warps(n: int, windows: int) -> int:
     return 2 if n > 16 and windows >= 32 else 1
 
 
+def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int) -> bool:
+    """Whether a forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``): half
+    types with more than 32 rows and 16-128 groups per program, where it wins (design 11, H100,
+    benchmarks/RESULTS.md "The forward in Gluon"): 1.06-1.09x at 16-128 groups per program
+    (2**20 x 1024 -> 64 / 256, 2**18 x 4096 -> 256 / 4096, 2**16 x 2**14 -> 1024), 0.98x at 8
+    (2**20 x 1024 -> 1024), 0.83-0.86x with runs of 512 groups and more, where the Triton kernel's
+    pipelined 128-row programs are faster; and only where it can run (:func:`_gluon_supported`)."""
+    return (x.dtype in (torch.float16, torch.bfloat16) and x.shape[0] > 32
+            and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1] and _gluon_supported(x, column_offset))
+
+
+#: Groups per program, inclusive, over which half-type forwards run the Gluon kernel.
+_GLUON_GROUPS = (16, 128)
+#: (groups per step, copy stages) of the Gluon forward: the H100 sweep's best or within 4% of it on
+#: every shape that takes the kernel (benchmarks/RESULTS.md, "The forward in Gluon").
+_GLUON_STEPS = (4, 2)
+
+
+def _gluon_supported(x: torch.Tensor, column_offset: int) -> bool:
+    """Whether the Gluon forward can run on ``x``: a half type on an sm_90 GPU (its wgmma), compiled
+    rather than interpreted, with triton's Gluon, and 16-byte aligned chunks for its cp.async
+    copies. The compiler proves alignment from arguments divisible by 16 (in elements), so the
+    row stride, d and the column offset must be, besides unit column stride and an aligned start."""
+    return (x.dtype in (torch.float16, torch.bfloat16) and x.device.type == "cuda" and not triton_interpreting()
+            and x.stride(1) == 1 and x.stride(0) % 16 == 0 and x.shape[1] % 16 == 0 and column_offset % 16 == 0
+            and x.data_ptr() % 16 == 0 and _sm90(x.device) and _gluon_importable())
+
+
+def _sm90(device: torch.device) -> bool:
+    return device_capability(device.index if device.index is not None else torch.cuda.current_device()) == (9, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _gluon_importable() -> bool:
+    try:
+        from ..kernels import sparse_jl_windowed_gluon  # noqa: F401
+    except (ImportError, AttributeError):  # a Triton without Gluon or without its Hopper ops
+        return False
+    return True
+
+
+def _forward_gluon(x: torch.Tensor, tables: WindowTables, out_features: int, nnz: int, column_offset: int,
+                   tiling: Tiling) -> torch.Tensor:
+    """The forward through ``sparse_jl_windowed_gluon_forward_kernel``: the Triton forward's grid,
+    splits and output, with 128-row programs (64 below 128 rows), one warpgroup each."""
+    from ..kernels.sparse_jl_windowed_gluon import sparse_jl_windowed_gluon_forward_kernel
+
+    if not _gluon_supported(x, column_offset):
+        raise ValueError("Tiling(gluon=True) needs a float16/bfloat16 input on an sm_90 GPU with triton's Gluon, "
+                         "unit column stride, and its start, row stride, width and column offset 16-byte aligned")
+    n, d = x.shape
+    bands = spec.band_count(nnz)
+    block_n = tiling.blocks[0] if tiling.blocks else (128 if n >= 128 else 64)
+    _, width, tiles, splits, per_split = _grid(x, nnz, tables.groups, tables.windows, tiling.splits, block_n,
+                                               out_features, bands)
+    groups_per_step = tiling.steps[0] if tiling.steps else _GLUON_STEPS[0]
+    stages = tiling.num_stages or _GLUON_STEPS[1]
+    out, stride_split = forward_output(n, out_features, splits, x)
+    sparse_jl_windowed_gluon_forward_kernel[(tiles, splits)](
+        x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
+        per_split, tables.windows, 1.0 / math.sqrt(nnz), x.stride(0), out.stride(-2), out.stride(-1), stride_split,
+        NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, BLOCK_N=block_n, WIDTH=max(width, _GLUON_MIN_WIDTH),
+        GROUPS=groups_per_step, STAGES=stages, num_warps=4,
+    )
+    return sum_splits(out, splits, x.dtype)
+
+
+#: The wgmma's M: a warpgroup's accumulator has at least 64 rows (padding columns are not stored).
+_GLUON_MIN_WIDTH = 64
+
+
 def _num_warps(block_m: int, paired: bool = False) -> int:
     # The H100 sweeps in benchmarks/RESULTS.md: 64 rows and 4 warps beat 128 rows (with 4 or 8 warps)
     # by 5-20%, except in pipelined half-type forwards, whose 128-row programs run best with 4; 32
@@ -217,9 +289,10 @@ def _grid(x: torch.Tensor, nnz: int, groups: int, windows: int, splits=None, blo
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
             tiling: Tiling = Tiling()) -> torch.Tensor:
     """Y = x S^T: a program owns window a of one band's blocks for a row tile and multiplies, per
-    group, the one chunk that lands there by its signed-permutation tile, several groups per step;
-    or (exact float32, one row tile, :func:`_shuffles`) permutes and adds the chunk's columns on
-    the CUDA cores."""
+    group, the one chunk that lands there by its signed-permutation tile, several groups per step
+    (for half types with short runs on Hopper, in Gluon: :func:`_gluon_forward`); or (exact
+    float32, one row tile, :func:`_shuffles`) permutes and adds the chunk's columns on the CUDA
+    cores."""
     from ..kernels.sparse_jl_windowed import (sparse_jl_windowed_forward_kernel,
                                               sparse_jl_windowed_shuffle_forward_kernel)
 
@@ -230,6 +303,8 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
     block_m, width, tiles, splits, per_split = _grid(
         x, nnz, tables.groups, tables.windows, tiling.splits, tiling.blocks[0] if tiling.blocks else None,
         out_features, bands)
+    if _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon:
+        return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
     if _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle:
         out, stride_split = forward_output(n, out_features, splits, x)
         sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
