@@ -189,19 +189,22 @@ def _shuffle_warps(n: int, windows: int) -> int:
 
 def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int) -> bool:
     """Whether a forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``): half
-    types with more than 32 rows and 16-128 groups per program, where it wins (design 11, H100,
-    benchmarks/RESULTS.md "The forward in Gluon"): 1.06-1.09x at 16-128 groups per program
-    (2**20 x 1024 -> 64 / 256, 2**18 x 4096 -> 256 / 4096, 2**16 x 2**14 -> 1024), 0.98x at 8
-    (2**20 x 1024 -> 1024), 0.83-0.86x with runs of 512 groups and more, where the Triton kernel's
-    pipelined 128-row programs are faster; and only where it can run (:func:`_gluon_supported`)."""
+    types with more than 32 rows and 16-128 groups per program, where it wins (design 11; H100,
+    ``python benchmarks/sweep_gluon.py``, benchmarks/RESULTS.md "The forward in Gluon"): 1.04-1.11x
+    at 16-128 groups per program (2**20 x 1024 -> 64 / 256, 2**18 x 4096 -> 256 / 4096, 2**16 x 2**14
+    -> 1024, 2**16 x 2**13 -> 2048, 2**17 x 2048 -> 512), 0.98-0.99x at 8 (2**20 x 1024 -> 1024),
+    and 0.76-0.84x with runs of 512 groups and more, where the Triton kernel's pipelined 128-row
+    programs are faster; and only where it can run (:func:`_gluon_supported`)."""
     return (x.dtype in (torch.float16, torch.bfloat16) and x.shape[0] > 32
             and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1] and _gluon_supported(x, column_offset))
 
 
 #: Groups per program, inclusive, over which half-type forwards run the Gluon kernel.
 _GLUON_GROUPS = (16, 128)
-#: (groups per step, copy stages) of the Gluon forward: the H100 sweep's best or within 4% of it on
-#: every shape that takes the kernel (benchmarks/RESULTS.md, "The forward in Gluon").
+#: (groups per step, copy stages) of the Gluon forward, in 128-row programs (64 below 128 rows): the
+#: H100 sweep's best or within 6% of it on every shape that takes the kernel, where two groups and
+#: three stages, best elsewhere by 1-5%, run 1.18-1.23x slower at A = 1 and at 2**16 x 2**14 -> 1024
+#: (benchmarks/RESULTS.md, "The forward in Gluon").
 _GLUON_STEPS = (4, 2)
 
 
