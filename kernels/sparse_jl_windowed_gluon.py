@@ -140,25 +140,26 @@ def sparse_jl_windowed_gluon_forward_kernel(
     x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
     groups_per_split, windows, scale, stride_xm, stride_om, stride_ok, stride_split,
     NNZ: gl.constexpr, BLOCKS: gl.constexpr, BANDS: gl.constexpr, BLOCK_N: gl.constexpr,
-    WIDTH: gl.constexpr, GROUPS: gl.constexpr, STAGES: gl.constexpr,
+    WIDTH: gl.constexpr, GROUPS: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
 ):
     """out[split, rows, window a of every block of one band], as the Triton forward writes it (same
     grid, splits and output). One warpgroup; BLOCK_N rows (the wgmma's N: 32, 64 or 128); WIDTH =
     16 * BLOCKS padded to a power of two and to at least 64 (the wgmma's M)."""
     DTYPE: gl.constexpr = x_ptr.dtype.element_ty
     STEP_COLUMNS: gl.constexpr = WINDOW * GROUPS
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, BLOCK_N, 16])
+    # WARPS // 4 warpgroups, each with BLOCK_N / (WARPS // 4) of the rows.
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
+                                                         instr_shape=[16, BLOCK_N // (WARPS // 4), 16])
     tile_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     # Eight consecutive columns (16 bytes) per thread: one cp.async each.
     copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8],
                                                  threads_per_warp=[32 // (STEP_COLUMNS // 8), STEP_COLUMNS // 8],
-                                                 warps_per_cta=[4, 1], order=[1, 0])
+                                                 warps_per_cta=[WARPS, 1], order=[1, 0])
     buffer_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * STEP_COLUMNS),
                                                        element_bitwidth=16, rank=2)
     # Eight consecutive output columns per thread for the store.
     store_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[2, 16],
-                                                  warps_per_cta=[1, 4], order=[0, 1])
+                                                  warps_per_cta=[1, WARPS], order=[0, 1])
 
     pid = gl.program_id(0)  # (row tile * A + a) * BANDS + band, as in the Triton forward
     tile_index = pid // BANDS

@@ -165,3 +165,24 @@ def test_gluon_forward_rule_on_the_gpu():
     assert not windowed._gluon_forward(x[:, ::2], 0, 16)
     with pytest.raises(ValueError, match="16-byte aligned"):
         windowed.forward(x[:, 8:], 4096, 1, 2, 16, 0, Tiling(gluon=True))
+
+
+@GLUON
+def test_cuda_graph_replays_the_gluon_forward():
+    x = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16)
+    assert windowed._gluon_forward(x, 0, 16)  # 4096 columns at k = 4096: 16 groups per program
+    eager = F.sparse_jl(x, 4096, seed=5)
+    static_in = x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        F.sparse_jl(static_in, 4096, seed=5)  # warm up: compile, tables
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = F.sparse_jl(static_in, 4096, seed=5)
+    static_in.copy_(2 * x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, F.sparse_jl(2 * x, 4096, seed=5))
+    assert torch.equal(F.sparse_jl(x, 4096, seed=5), eager)

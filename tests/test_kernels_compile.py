@@ -145,7 +145,7 @@ def _gluon_variants():
                     "stride_ok": I32, "stride_split": I64},
                    {"NNZ": nnz, "BLOCKS": windowed._band_blocks(nnz), "BANDS": spec.band_count(nnz),
                     "BLOCK_N": block_n, "WIDTH": max(windowed._width(nnz), windowed._GLUON_MIN_WIDTH),
-                    "GROUPS": groups, "STAGES": stages})
+                    "GROUPS": groups, "STAGES": stages, "WARPS": 4})
 
 
 def compile_gluon(target) -> int:

@@ -252,7 +252,7 @@ def _forward_gluon(x: torch.Tensor, tables: WindowTables, out_features: int, nnz
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
         per_split, tables.windows, 1.0 / math.sqrt(nnz), x.stride(0), out.stride(-2), out.stride(-1), stride_split,
         NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, BLOCK_N=block_n, WIDTH=max(width, _GLUON_MIN_WIDTH),
-        GROUPS=groups_per_step, STAGES=stages, num_warps=4,
+        GROUPS=groups_per_step, STAGES=stages, WARPS=tiling.num_warps or 4, num_warps=tiling.num_warps or 4,
     )
     return sum_splits(out, splits, x.dtype)
 
