@@ -143,8 +143,9 @@ def sparse_jl_windowed_gluon_forward_kernel(
     WIDTH: gl.constexpr, GROUPS: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
 ):
     """out[split, rows, window a of every block of one band], as the Triton forward writes it (same
-    grid, splits and output). One warpgroup; BLOCK_N rows (the wgmma's N: 32, 64 or 128); WIDTH =
-    16 * BLOCKS padded to a power of two and to at least 64 (the wgmma's M)."""
+    grid, splits and output). BLOCK_N rows (the wgmma's N), split between WARPS // 4 warpgroups
+    (one by default: two ran slower, benchmarks/NOTES.md, design 11); WIDTH = 16 * BLOCKS padded to
+    a power of two and to at least 64 (the wgmma's M)."""
     DTYPE: gl.constexpr = x_ptr.dtype.element_ty
     STEP_COLUMNS: gl.constexpr = WINDOW * GROUPS
     # WARPS // 4 warpgroups, each with BLOCK_N / (WARPS // 4) of the rows.
