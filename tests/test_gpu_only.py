@@ -165,6 +165,8 @@ def test_gluon_forward_rule_on_the_gpu():
     assert not windowed._gluon_forward(x[:, ::2], 0, 16)
     with pytest.raises(ValueError, match="16-byte aligned"):
         windowed.forward(x[:, 8:], 4096, 1, 2, 16, 0, Tiling(gluon=True))
+    with pytest.raises(ValueError, match="whole warpgroups"):
+        windowed.forward(x, 4096, 1, 2, 16, 0, Tiling(gluon=True, num_warps=2))
 
 
 @GLUON

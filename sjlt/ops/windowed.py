@@ -195,8 +195,8 @@ def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int)
     -> 1024, 2**16 x 2**13 -> 2048, 2**17 x 2048 -> 512), 0.98-0.99x at 8 (2**20 x 1024 -> 1024),
     and 0.76-0.84x with runs of 512 groups and more, where the Triton kernel's pipelined 128-row
     programs are faster; and only where it can run (:func:`_gluon_supported`)."""
-    return (x.dtype in (torch.float16, torch.bfloat16) and x.shape[0] > 32
-            and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1] and _gluon_supported(x, column_offset))
+    return (x.shape[0] > 32 and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1]
+            and _gluon_supported(x, column_offset))
 
 
 #: Groups per program, inclusive, over which half-type forwards run the Gluon kernel.
@@ -234,7 +234,7 @@ def _gluon_importable() -> bool:
 def _forward_gluon(x: torch.Tensor, tables: WindowTables, out_features: int, nnz: int, column_offset: int,
                    tiling: Tiling) -> torch.Tensor:
     """The forward through ``sparse_jl_windowed_gluon_forward_kernel``: the Triton forward's grid,
-    splits and output, with 128-row programs (64 below 128 rows), one warpgroup each."""
+    splits and output, with 128-row programs (64 below 128 rows), one warpgroup each by default."""
     from ..kernels.sparse_jl_windowed_gluon import sparse_jl_windowed_gluon_forward_kernel
 
     if not _gluon_supported(x, column_offset):
@@ -247,12 +247,16 @@ def _forward_gluon(x: torch.Tensor, tables: WindowTables, out_features: int, nnz
                                                out_features, bands)
     groups_per_step = tiling.steps[0] if tiling.steps else _GLUON_STEPS[0]
     stages = tiling.num_stages or _GLUON_STEPS[1]
+    warps = tiling.num_warps or 4
+    if warps % 4 or block_n % (warps // 4 * 32):
+        raise ValueError(f"Tiling(gluon=True) runs whole warpgroups over 32-row multiples: num_warps={warps} with "
+                         f"{block_n} rows")
     out, stride_split = forward_output(n, out_features, splits, x)
     sparse_jl_windowed_gluon_forward_kernel[(tiles, splits)](
         x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
         per_split, tables.windows, 1.0 / math.sqrt(nnz), x.stride(0), out.stride(-2), out.stride(-1), stride_split,
         NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, BLOCK_N=block_n, WIDTH=max(width, _GLUON_MIN_WIDTH),
-        GROUPS=groups_per_step, STAGES=stages, WARPS=tiling.num_warps or 4, num_warps=tiling.num_warps or 4,
+        GROUPS=groups_per_step, STAGES=stages, WARPS=warps, num_warps=warps,
     )
     return sum_splits(out, splits, x.dtype)
 
