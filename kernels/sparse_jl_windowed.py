@@ -191,9 +191,15 @@ def _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, colum
                   GROUPS: tl.constexpr):
     """The step's chunks side by side: their 16 * GROUPS local columns and which of them exist (in
     [0, d), position before g_end)."""
-    lanes = tl.arange(0, WINDOW * GROUPS)
+    return _stacked_columns(c0, c1, c2, c3, tl.arange(0, WINDOW * GROUPS), first_group, g_end, windows, group_base,
+                            column_offset, d)
+
+
+@triton.jit
+def _stacked_columns(c0, c1, c2, c3, lanes, first_group, g_end, windows, group_base, column_offset, d):
+    """``_step_columns`` for the step's lanes 0 .. 16 * GROUPS - 1 in any layout (the Gluon forward's)."""
     stacked = lanes // WINDOW
-    chunk = tl.where(stacked == 1, c1, c0 + tl.zeros_like(stacked).to(tl.int64))
+    chunk = tl.where(stacked == 1, c1, c0)  # scalars broadcast to the lanes' shape and layout
     chunk = tl.where(stacked == 2, c2, chunk)
     chunk = tl.where(stacked == 3, c3, chunk)
     cols = (group_base * windows + chunk) * WINDOW - column_offset + lanes % WINDOW

@@ -23,38 +23,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
+# The layout-free steps are the Triton kernel's own (a Gluon kernel may call them): the same chunk
+# indices, words, signed permutations and output columns.
+from .sparse_jl_windowed import (WINDOW, _band_blocks, _signed_permutation, _stacked_columns, _step_chunks,
+                                 _step_words, _window_columns)
+
 # Names that moved between the Triton releases sjlt supports (3.6 on the H100 image, 3.9 in CI).
 _barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 _copy_to_shared = (async_copy.async_load if hasattr(async_copy, "async_load")
                    else async_copy.async_copy_global_to_shared)
-
-WINDOW = gl.constexpr(16)
-
-
-@gluon.jit
-def _window_chunk(rotations_ptr, slot, last, window, windows, band, BANDS: gl.constexpr):
-    """The table index of the chunk of table group min(slot, last) that lands in ``window`` in ``band``."""
-    group = gl.minimum(slot, last).to(gl.int64)
-    rotation = gl.load(rotations_ptr + group * BANDS + band)
-    return group * windows + (window - rotation + windows) % windows
-
-
-@gluon.jit
-def _step_chunks(rotations_ptr, first_group, last, window, windows, band, BANDS: gl.constexpr,
-                 GROUPS: gl.constexpr):
-    """The step's table chunks, one scalar per group (GROUPS <= 4; unused ones repeat the first)."""
-    gl.static_assert(GROUPS <= 4)
-    c0 = _window_chunk(rotations_ptr, first_group, last, window, windows, band, BANDS)
-    c1 = c0
-    c2 = c0
-    c3 = c0
-    if GROUPS > 1:
-        c1 = _window_chunk(rotations_ptr, first_group + 1, last, window, windows, band, BANDS)
-    if GROUPS > 2:
-        c2 = _window_chunk(rotations_ptr, first_group + 2, last, window, windows, band, BANDS)
-    if GROUPS > 3:
-        c3 = _window_chunk(rotations_ptr, first_group + 3, last, window, windows, band, BANDS)
-    return c0, c1, c2, c3
 
 
 @gluon.jit
@@ -62,46 +39,10 @@ def _copy_step(buffer, x_ptr, c0, c1, c2, c3, first_group, g_end, windows, group
                mask_n, lanes, stride_xm):
     """Start copying X's chunks of the step side by side into ``buffer`` ([BLOCK_N, 16 * GROUPS];
     zeros for rows past n, columns outside [0, d) and positions past g_end) as one copy group."""
-    stacked = lanes // WINDOW
-    chunk = gl.where(stacked == 1, c1, c0 + gl.zeros_like(stacked).to(gl.int64))
-    chunk = gl.where(stacked == 2, c2, chunk)
-    chunk = gl.where(stacked == 3, c3, chunk)
-    cols = (group_base * windows + chunk) * WINDOW - column_offset + lanes % WINDOW
-    exists = (first_group + stacked < g_end) & (cols >= 0) & (cols < d)
+    cols, exists = _stacked_columns(c0, c1, c2, c3, lanes, first_group, g_end, windows, group_base, column_offset, d)
     _copy_to_shared(buffer, x_ptr + offs_n[:, None] * stride_xm + cols[None, :],
                     mask=mask_n[:, None] & exists[None, :])
     async_copy.commit_group()
-
-
-@gluon.jit
-def _block_exists(q, band, NNZ: gl.constexpr, BLOCKS: gl.constexpr):
-    """For accumulator row q = 16t + u: t, and whether block band * BLOCKS + t exists."""
-    t = q // WINDOW
-    return t, (t < BLOCKS) & (band * BLOCKS + t < NNZ)
-
-
-@gluon.jit
-def _band_words(words_ptr, chunk, q, band, NNZ: gl.constexpr, BLOCKS: gl.constexpr):
-    """For accumulator row q = 16t + u: the chunk's word in block band * BLOCKS + t (0 if none)."""
-    t, exists = _block_exists(q, band, NNZ, BLOCKS)
-    return gl.load(words_ptr + chunk * NNZ + band * BLOCKS + t, mask=exists, other=0)
-
-
-@gluon.jit
-def _step_words(words_ptr, c0, c1, c2, c3, q, band, NNZ: gl.constexpr, BLOCKS: gl.constexpr,
-                GROUPS: gl.constexpr):
-    """The step's chunks' words (``_band_words``), one [WIDTH] vector per group."""
-    w0 = _band_words(words_ptr, c0, q, band, NNZ, BLOCKS)
-    w1 = w0
-    w2 = w0
-    w3 = w0
-    if GROUPS > 1:
-        w1 = _band_words(words_ptr, c1, q, band, NNZ, BLOCKS)
-    if GROUPS > 2:
-        w2 = _band_words(words_ptr, c2, q, band, NNZ, BLOCKS)
-    if GROUPS > 3:
-        w3 = _band_words(words_ptr, c3, q, band, NNZ, BLOCKS)
-    return w0, w1, w2, w3
 
 
 @gluon.jit
@@ -109,10 +50,7 @@ def _tile(word, q, lane, band, NNZ: gl.constexpr, BLOCKS: gl.constexpr, DTYPE: g
     """One chunk's tile^T [WIDTH, 16] in the layout of q[:, None] and lane[None, :] (the wgmma A
     operand's): row q = 16t + u holds +-1 at chunk column u XOR m_(c,t), the sign being bit 16 + that
     column of the word, and zeros for blocks that do not exist."""
-    _, exists = _block_exists(q, band, NNZ, BLOCKS)
-    source = (q % WINDOW) ^ (word & (WINDOW - 1))
-    negative = (word >> (16 + source)) & 1
-    value = gl.where(exists, gl.where(negative != 0, -1.0, 1.0), 0.0)
+    source, value = _signed_permutation(word, q, band, NNZ, BLOCKS)
     return gl.where(source[:, None] == lane[None, :], value[:, None], 0.0).to(DTYPE)
 
 
@@ -178,15 +116,15 @@ def sparse_jl_windowed_gluon_forward_kernel(
 
     g_begin = pid_s * groups_per_split
     g_end = gl.minimum(g_begin + groups_per_split, groups)
-    last = g_end - 1
     for stage in gl.static_range(STAGES - 1):
-        c0, c1, c2, c3 = _step_chunks(rotations_ptr, g_begin + stage * GROUPS, last, window, windows, band, BANDS,
-                                      GROUPS)
+        c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, g_begin + stage * GROUPS, g_end, window, windows,
+                                      band, BANDS, GROUPS, False)
         _copy_step(buffers.index(stage), x_ptr, c0, c1, c2, c3, g_begin + stage * GROUPS, g_end, windows,
                    group_base, column_offset, d, offs_n, mask_n, lanes, stride_xm)
-    c0, c1, c2, c3 = _step_chunks(rotations_ptr, g_begin + (STAGES - 1) * GROUPS, last, window, windows, band,
-                                  BANDS, GROUPS)
-    e0, e1, e2, e3 = _step_chunks(rotations_ptr, g_begin, last, window, windows, band, BANDS, GROUPS)
+    c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, g_begin + (STAGES - 1) * GROUPS, g_end, window,
+                                  windows, band, BANDS, GROUPS, False)
+    e0, e1, e2, e3 = _step_chunks(rotations_ptr, rotations_ptr, g_begin, g_end, window, windows, band, BANDS, GROUPS,
+                                  False)
     w0, w1, w2, w3 = _step_words(words_ptr, e0, e1, e2, e3, q, band, NNZ, BLOCKS, GROUPS)
     step = 0
     for first_group in range(g_begin, g_end, GROUPS):
@@ -198,11 +136,11 @@ def sparse_jl_windowed_gluon_forward_kernel(
         _copy_step(buffers.index((step + STAGES - 1) % STAGES), x_ptr, c0, c1, c2, c3,
                    first_group + (STAGES - 1) * GROUPS, g_end, windows, group_base, column_offset, d, offs_n, mask_n,
                    lanes, stride_xm)
-        c0, c1, c2, c3 = _step_chunks(rotations_ptr, first_group + STAGES * GROUPS, last, window, windows, band,
-                                      BANDS, GROUPS)
+        c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group + STAGES * GROUPS, g_end, window,
+                                      windows, band, BANDS, GROUPS, False)
         # The next step's words, in flight during this step's products.
-        e0, e1, e2, e3 = _step_chunks(rotations_ptr, first_group + GROUPS, last, window, windows, band, BANDS,
-                                      GROUPS)
+        e0, e1, e2, e3 = _step_chunks(rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows,
+                                      band, BANDS, GROUPS, False)
         v0, v1, v2, v3 = _step_words(words_ptr, e0, e1, e2, e3, q, band, NNZ, BLOCKS, GROUPS)
         acc = _multiply_step(acc, w0, w1, w2, w3, buffers.index(step % STAGES), q, lane, band, NNZ, BLOCKS, GROUPS,
                              DTYPE)
@@ -213,7 +151,7 @@ def sparse_jl_windowed_gluon_forward_kernel(
     out = gl.convert_layout(acc * scale, store_layout)
     q_out = gl.arange(0, WIDTH, layout=gl.SliceLayout(1, store_layout))
     rows = row0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
-    t, exists = _block_exists(q_out, band, NNZ, BLOCKS)
-    cols = ((band * BLOCKS + t) * windows + window) * WINDOW + q_out % WINDOW
+    _, exists = _band_blocks(q_out, band, NNZ, BLOCKS)
+    cols = _window_columns(q_out, window, windows, band, BLOCKS)
     gl.store(out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
              out.to(out_ptr.dtype.element_ty), mask=exists[:, None] & (rows < n)[None, :])
