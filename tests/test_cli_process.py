@@ -85,6 +85,7 @@ def _peak_rss_bytes(cli_args) -> int:
     return int(done.stdout.split()[-1])
 
 
+@pytest.mark.slow  # writes and projects a file of ~500 MB
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM from /proc")
 def test_memory_stays_bounded_on_a_file_larger_than_the_allowance(tmp_path):
     """Peak resident memory on a ~500 MB file stays within 64 MB of the peak on a tiny file

@@ -5,6 +5,9 @@ arguments specialised to the constant 1, list comprehensions, a ``return`` under
 ``if`` followed by another ``return``: the compiler builds both); this catches that class of
 error in CI. The compile runs in a subprocess because this test session interprets the kernels
 (TRITON_INTERPRET=1 is fixed when they are decorated).
+
+The fast tier compiles the first specialisation of every kernel for sm_90, in two subprocesses of
+a few seconds each; the thorough tier (``-m slow``) compiles all of them, for sm_90 and sm_80.
 """
 import os
 import subprocess
@@ -13,6 +16,9 @@ import sys
 import pytest
 
 I32, I64 = "i32", "i64"
+# The windowed layout's kernels (the fast tier compiles these in their own subprocess).
+WINDOWED_KERNELS = {"sparse_jl_windowed_forward_kernel", "sparse_jl_windowed_shuffle_forward_kernel",
+                    "sparse_jl_windowed_transpose_kernel", "window_table_kernel"}
 
 
 def _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps):
@@ -148,7 +154,7 @@ def _gluon_variants():
                     "GROUPS": groups, "STAGES": stages, "WARPS": 4})
 
 
-def compile_gluon(target) -> int:
+def compile_gluon(target, first_only=False) -> int:
     """The Gluon forward, with the 16-divisible arguments the launcher guarantees (its cp.async
     copies need them proven)."""
     import triton
@@ -157,7 +163,8 @@ def compile_gluon(target) -> int:
     from sjlt.kernels.sparse_jl_windowed_gluon import sparse_jl_windowed_gluon_forward_kernel as kernel
 
     failures = 0
-    for signature, const in _gluon_variants():
+    variants = list(_gluon_variants())
+    for signature, const in variants[:1] if first_only else variants:
         signature = dict(signature, **{c: "constexpr" for c in const})
         divisible = [i for i, name in enumerate(signature) if name in ("x_ptr", "out_ptr", "d", "column_offset",
                                                                         "stride_xm", "stride_om")]
@@ -171,7 +178,18 @@ def compile_gluon(target) -> int:
     return failures
 
 
-def compile_all(arch: int) -> int:
+def _first_of_each(variants):
+    """The first specialisation of each kernel name, in the order the generator gives them."""
+    seen = set()
+    for name, signature, const in variants:
+        if name not in seen:
+            seen.add(name)
+            yield name, signature, const
+
+
+def compile_kernels(arch: int, families: str) -> int:
+    """Compile the kernels of ``families`` ("classic", "windowed" or "all"): every specialisation
+    for "all", else the first of each kernel name in that family."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -182,7 +200,9 @@ def compile_all(arch: int) -> int:
                for name in dir(module) if name.endswith("_kernel")}
     target = GPUTarget("cuda", arch, 32)
     failures = 0
-    for name, signature, const in _variants():
+    variants = _variants() if families == "all" else _first_of_each(
+        v for v in _variants() if (v[0] in WINDOWED_KERNELS) == (families == "windowed"))
+    for name, signature, const in variants:
         signature = dict(signature)
         for c in const:
             signature.setdefault(c, "constexpr")
@@ -192,17 +212,29 @@ def compile_all(arch: int) -> int:
         except Exception as exc:  # report every failing variant, not just the first
             failures += 1
             print(f"FAILED sm_{arch} {name} {signature} {const}:\n{exc}\n", flush=True)
-    if arch == 90:  # the Gluon forward is Hopper's (wgmma)
-        failures += compile_gluon(target)
+    if arch == 90 and families != "classic":  # the Gluon forward is Hopper's (wgmma)
+        failures += compile_gluon(target, first_only=families != "all")
     return failures
 
 
-@pytest.mark.parametrize("arch", [90, 80])
-def test_every_kernel_compiles_for(arch):
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    result = subprocess.run([sys.executable, __file__, str(arch)], env=env, capture_output=True, text=True, timeout=600)
+def _compile_in_subprocess(arch: int, families: str, cache_dir):
+    # A fresh cache: a kernel compiled by an earlier run must still be compiled here.
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(cache_dir))
+    result = subprocess.run([sys.executable, __file__, str(arch), families], env=env, capture_output=True, text=True,
+                            timeout=900)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
 
 
+@pytest.mark.parametrize("families", ["classic", "windowed"])
+def test_each_kernel_compiles_for_hopper(families, tmp_path):
+    _compile_in_subprocess(90, families, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", [90, 80])
+def test_every_kernel_variant_compiles_for(arch, tmp_path):
+    _compile_in_subprocess(arch, "all", tmp_path)
+
+
 if __name__ == "__main__":
-    sys.exit(min(compile_all(int(sys.argv[1])), 1))
+    sys.exit(min(compile_kernels(int(sys.argv[1]), sys.argv[2]), 1))
