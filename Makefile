@@ -7,7 +7,13 @@ TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-test test demo bench-cpu bench-gpu gpu-test clean
+RUFF ?= ruff==0.17.6
+# pytest-xdist workers: one per core. PYTEST_ARGS adds flags (CI adds coverage).
+TEST_WORKERS ?= auto
+PYTEST_ARGS ?=
+PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=10 $(PYTEST_ARGS)
+
+.PHONY: setup setup-test test test-slow test-all lint demo bench-cpu bench-gpu gpu-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +26,21 @@ setup: $(BIN)/python
 setup-test: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 
+# The fast tier (what a change needs): a few minutes. The thorough tier (`-m slow`): exhaustive
+# kernel grids, every compile variant, large files, the demo. CI runs both.
 test: setup-test
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
+
+test-slow: setup-test
+	$(PYTEST) -m slow
+
+test-all: setup-test
+	$(PYTEST) -m "slow or not slow"
+
+lint: $(BIN)/python
+	$(BIN)/python -m pip install --quiet "$(RUFF)"
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 demo: setup
 	$(BIN)/python examples/demo.py
@@ -33,7 +52,7 @@ bench-cpu: setup-test
 gpu-test:
 	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(PYTHON) -c "import sjlt.kernels"
-	$(PYTHON) -m pytest -q -x tests
+	$(PYTHON) -m pytest -q -n 8 -m "slow or not slow" tests $(PYTEST_ARGS)
 
 bench-gpu:
 	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .

@@ -124,7 +124,9 @@ def sjlt_section(bw: float, tflops: float, lines: list[str]) -> None:
                 want = reference.sparse_jl_forward(x[rows_idx].double(), k, seed=SEED, nnz=nnz)
                 got = F.sparse_jl(x, k, seed=SEED)[rows_idx].double()
                 err = f"{float((got - want).abs().max() / want.abs().max()):.1e}"
-            ratio = lambda peer: "n/a" if peer is None else f"{peer / ours:.2f}x"
+            def ratio(peer, ours=ours):
+                return "n/a" if peer is None else f"{peer / ours:.2f}x"
+
             exact = dtype == torch.float32
             tc_ms = tensor_core_floor_ms(n, d, k, nnz, tflops, 3 if exact else 1)
             floor = max(floor_ms, tc_ms or 0.0) if exact else floor_ms
@@ -132,7 +134,7 @@ def sjlt_section(bw: float, tflops: float, lines: list[str]) -> None:
                          f"{fmt_ms(classic_ms)} | {fmt_ms(dense_ms)} | {fmt_ms(csr_ms)} | {fmt_ms(ia_ms)} | {ratio(dense_ms)} | {ratio(csr_ms)} | "
                          f"{ratio(ia_ms)} | {extra / 2**20:.1f} | {err} |")
             print(lines[-1], flush=True)
-            del x
+            x = None  # frees the input before the next shape (not del: the closures above name x)
             torch.cuda.empty_cache()
     lines.append("")
 
@@ -184,7 +186,7 @@ def dropout_section(bw: float, lines: list[str]) -> None:
         theirs = bench(lambda: torch.nn.functional.dropout(x, 0.1, training=True))
         lines.append(f"| {str(dtype)[6:]} | 2^28 | {floor_ms:.3f} | {ours:.3f} | {100 * floor_ms / ours:.0f}% | {theirs:.3f} | {theirs / ours:.2f}x |")
         print(lines[-1], flush=True)
-        del x
+        x = None  # not del: the closures above name x
     lines.append("")
     # Memory for backward: an MLP with dropout after each layer, forward + backward.
     lines += ["### Peak memory, MLP 4 x Linear(4096, 4096) with dropout after each, batch 16384, bf16", "",
@@ -210,7 +212,7 @@ def dropout_section(bw: float, lines: list[str]) -> None:
         ms = bench(step, warmup=3, rep=10)
         lines.append(f"| {name} | {peak:.0f} | {ms:.2f} |")
         print(lines[-1], flush=True)
-        del model, x
+        model = x = None  # not del: step() names them
         torch.cuda.empty_cache()
     lines.append("")
 

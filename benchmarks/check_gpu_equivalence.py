@@ -41,7 +41,9 @@ def main() -> None:
         y = torch.randn(777, 300, device=device, generator=gen).to(dtype)
         want_t = reference.sparse_jl_transpose(y.double().cpu(), 1031, seed=5, nnz=8)
         got_t = F.sparse_jl_transpose(y, 1031, seed=5).double().cpu()
-        rel = lambda g, w: float((g - w).abs().max() / w.abs().max())
+        def rel(g, w):
+            return float((g - w).abs().max() / w.abs().max())
+
         print(f"sparse_jl {str(dtype)[6:]}: forward rel err {rel(got, want):.1e}, transpose rel err {rel(got_t, want_t):.1e}")
     for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         x = torch.randn(3, 1000, 333, device=device, generator=gen).to(dtype)

@@ -38,7 +38,7 @@ def main() -> None:
                 assert err < 1e-5, (n, d, k, tiling, err)
                 cells.append(do_bench(lambda: run(tiling), return_mode="median"))
             print(f"| {n} | {d} | {k} | " + " | ".join(f"{ms:.3f}" for ms in cells) + " |", flush=True)
-            del x, base
+            x = base = None  # not del: the timed closure names them
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def _is_list_candidate(dtype) -> bool:
         from .io.arrow import is_list_type
 
         return is_list_type(dtype.pyarrow_dtype)
-    return dtype == object  # dask.dataframe.read_parquet gives list columns object dtype
+    return dtype == object  # noqa: E721 (numpy dtypes equal object; they are not it)  dask.dataframe.read_parquet gives list columns object dtype
 
 
 def _project_frame(frame, k: int, seed: int, nnz: int, device: str):

@@ -316,6 +316,7 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
                 f"n_components ({n_features} < {self.n_components}).The dimensionality of the "
                 f"problem will not be reduced.",
                 DataDimensionalityWarning,
+                stacklevel=1,
             )
         return int(self.n_components)
 

@@ -40,8 +40,7 @@ def test_help_version_and_argument_errors_import_no_heavy_module(tmp_path, args,
 
 
 def test_importing_the_cli_imports_no_torch():
-    script = ("import sys, sjlt.cli; heavy = [m for m in %r if m in sys.modules]; "
-              "assert not heavy, heavy" % (_HEAVY,))
+    script = f"import sys, sjlt.cli; heavy = [m for m in {_HEAVY!r} if m in sys.modules]; assert not heavy, heavy"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
