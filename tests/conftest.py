@@ -16,6 +16,12 @@ from sjlt import _buffers  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 
+# pytest-xdist workers share the cores: each worker's torch pool gets its share, so that N workers
+# do not run N x cores threads (on a 16-core GPU host with -n 8 that made CPU tests 5x slower).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 
 @pytest.fixture
 def kernel_device() -> str:

@@ -6,8 +6,8 @@ arguments specialised to the constant 1, list comprehensions, a ``return`` under
 error in CI. The compile runs in a subprocess because this test session interprets the kernels
 (TRITON_INTERPRET=1 is fixed when they are decorated).
 
-The fast tier compiles the first specialisation of every kernel for sm_90, in two subprocesses of
-a few seconds each; the thorough tier (``-m slow``) compiles all of them, for sm_90 and sm_80.
+The fast tier compiles the first specialisation of every kernel for sm_90, a few seconds per
+family; the thorough tier (``-m slow``) compiles all of them, for sm_90 and sm_80.
 """
 import os
 import subprocess
@@ -16,9 +16,14 @@ import sys
 import pytest
 
 I32, I64 = "i32", "i64"
-# The windowed layout's kernels (the fast tier compiles these in their own subprocess).
-WINDOWED_KERNELS = {"sparse_jl_windowed_forward_kernel", "sparse_jl_windowed_shuffle_forward_kernel",
-                    "sparse_jl_windowed_transpose_kernel", "window_table_kernel"}
+# Kernels by family, each compiled in its own subprocess (so that pytest-xdist spreads them).
+FAMILIES = {
+    "classic": {"sparse_jl_forward_kernel", "sparse_jl_transpose_kernel", "sparse_jl_hash_kernel",
+                "philox_blocks_kernel", "seeded_dropout_kernel"},
+    "windowed_forward": {"sparse_jl_windowed_forward_kernel", "sparse_jl_windowed_shuffle_forward_kernel",
+                         "window_table_kernel"},  # and the Gluon forward on sm_90
+    "windowed_transpose": {"sparse_jl_windowed_transpose_kernel"},
+}
 
 
 def _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps):
@@ -187,9 +192,9 @@ def _first_of_each(variants):
             yield name, signature, const
 
 
-def compile_kernels(arch: int, families: str) -> int:
-    """Compile the kernels of ``families`` ("classic", "windowed" or "all"): every specialisation
-    for "all", else the first of each kernel name in that family."""
+def compile_kernels(arch: int, family: str, every: bool) -> int:
+    """Compile the kernels of ``family`` (a key of FAMILIES): every specialisation, or the first
+    of each kernel name."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -200,9 +205,8 @@ def compile_kernels(arch: int, families: str) -> int:
                for name in dir(module) if name.endswith("_kernel")}
     target = GPUTarget("cuda", arch, 32)
     failures = 0
-    variants = _variants() if families == "all" else _first_of_each(
-        v for v in _variants() if (v[0] in WINDOWED_KERNELS) == (families == "windowed"))
-    for name, signature, const in variants:
+    variants = [v for v in _variants() if v[0] in FAMILIES[family]]
+    for name, signature, const in variants if every else _first_of_each(variants):
         signature = dict(signature)
         for c in const:
             signature.setdefault(c, "constexpr")
@@ -212,29 +216,30 @@ def compile_kernels(arch: int, families: str) -> int:
         except Exception as exc:  # report every failing variant, not just the first
             failures += 1
             print(f"FAILED sm_{arch} {name} {signature} {const}:\n{exc}\n", flush=True)
-    if arch == 90 and families != "classic":  # the Gluon forward is Hopper's (wgmma)
-        failures += compile_gluon(target, first_only=families != "all")
+    if arch == 90 and family == "windowed_forward":  # the Gluon forward is Hopper's (wgmma)
+        failures += compile_gluon(target, first_only=not every)
     return failures
 
 
-def _compile_in_subprocess(arch: int, families: str, cache_dir):
+def _compile_in_subprocess(arch: int, family: str, every: bool, cache_dir):
     # A fresh cache: a kernel compiled by an earlier run must still be compiled here.
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(cache_dir))
-    result = subprocess.run([sys.executable, __file__, str(arch), families], env=env, capture_output=True, text=True,
-                            timeout=900)
+    result = subprocess.run([sys.executable, __file__, str(arch), family, "every" if every else "first"], env=env,
+                            capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
 
 
-@pytest.mark.parametrize("families", ["classic", "windowed"])
-def test_each_kernel_compiles_for_hopper(families, tmp_path):
-    _compile_in_subprocess(90, families, tmp_path)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_kernel_compiles_for_hopper(family, tmp_path):
+    _compile_in_subprocess(90, family, False, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("arch", [90, 80])
-def test_every_kernel_variant_compiles_for(arch, tmp_path):
-    _compile_in_subprocess(arch, "all", tmp_path)
+def test_every_kernel_variant_compiles_for(arch, family, tmp_path):
+    _compile_in_subprocess(arch, family, True, tmp_path)
 
 
 if __name__ == "__main__":
-    sys.exit(min(compile_kernels(int(sys.argv[1]), sys.argv[2]), 1))
+    sys.exit(min(compile_kernels(int(sys.argv[1]), sys.argv[2], sys.argv[3] == "every"), 1))
