@@ -8,10 +8,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 RUFF ?= ruff==0.17.6
-# pytest-xdist workers: one per core. PYTEST_ARGS adds flags (CI adds coverage).
+# pytest-xdist workers: one per core; idle workers take queued tests from busy ones (worksteal),
+# so the long compile tests never queue behind each other. PYTEST_ARGS adds flags (CI: coverage).
 TEST_WORKERS ?= auto
 PYTEST_ARGS ?=
-PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=10 $(PYTEST_ARGS)
+PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=10 $(PYTEST_ARGS)
 
 .PHONY: setup setup-test test test-slow test-all lint demo bench-cpu bench-gpu gpu-test clean
 
@@ -52,7 +53,7 @@ bench-cpu: setup-test
 gpu-test:
 	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(PYTHON) -c "import sjlt.kernels"
-	$(PYTHON) -m pytest -q -n 8 -m "slow or not slow" tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -n 8 --dist worksteal -m "slow or not slow" tests $(PYTEST_ARGS)
 
 bench-gpu:
 	$(PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .

@@ -26,8 +26,11 @@ from sjlt.distributed import sparse_jl_row_sharded, sparse_jl_sharded
 WORLD = 2
 N_ROWS, WIDTHS, K = 5, (120, 83), 48  # uneven shards on purpose
 D = sum(WIDTHS)
-COLLECTIVE_TIMEOUT_S = 20
-RUN_TIMEOUT_S = 90
+# Generous: a rank that starts late under load (-n 8 on a busy host: 12 s for both ranks to start
+# and run every scenario) waits for the other at its first collective; a bound tight enough to
+# trip there fails the test without any bug.
+COLLECTIVE_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 300
 
 
 # ------------------------------------------------------------------------------------------------
