@@ -108,13 +108,12 @@ def project_gradient_blocks(blocks: Iterable[tuple[int, torch.Tensor]], out_feat
 # TRAK's projector contract
 # ------------------------------------------------------------------------------------------------
 
-def _proj_type_name(proj_type) -> str:
+def _check_proj_type(proj_type) -> None:
     name = getattr(proj_type, "value", proj_type)  # TRAK's and dattri's ProjectionType are str enums
     if not isinstance(name, str) or name not in PROJ_TYPES:
         raise ValueError(f"proj_type must be one of {', '.join(map(repr, PROJ_TYPES))} (or TRAK's "
                          f"ProjectionType of those), got {proj_type!r}; sjlt projects with its sparse JL "
                          f"matrix, so pass proj_type='sjlt'")
-    return name
 
 
 class SJLTProjector(_ProjectorBase):
@@ -148,7 +147,8 @@ class SJLTProjector(_ProjectorBase):
         self.grad_dim = spec.check_dimension(grad_dim, "grad_dim")
         self.proj_dim = spec.check_dimension(proj_dim, "proj_dim")
         self.seed = spec.check_seed(seed)
-        self.proj_type = _proj_type_name(proj_type)
+        _check_proj_type(proj_type)
+        self.proj_type = "sjlt"  # what S is, whatever name was passed (TRAKer records it as metadata)
         self.device = torch.device(device) if device is not None else None
         self.nnz = spec.resolve_nnz(nnz, self.proj_dim)
         if dtype not in TORCH_FLOAT_DTYPES:
