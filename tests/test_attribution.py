@@ -533,3 +533,16 @@ def test_trak_scores_with_sjlt_are_as_good_as_with_the_dense_projector(trak_exam
     broken = trak_example.trak_scores(setup, _ChangingMatrix(setup.grad_dim, 256, seed=seeds[0]),
                                       lam * 256 / setup.grad_dim)
     assert trak_example.mean_spearman(broken, exact) < 0.2
+
+
+def test_the_gpu_benchmark_runs_end_to_end_on_cpu(tmp_path):
+    pytest.importorskip("transformers", reason="the benchmark's model is transformers' GPT-2")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_attribution.py"
+    module_spec = importlib.util.spec_from_file_location("bench_attribution", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    out = tmp_path / "attribution.md"
+    report = module.main(["--smoke", "--out", str(out)])
+    assert out.read_text(encoding="utf-8") == report
+    assert "| 16 | " in report and "| 32 | " in report  # (a): one row per k
+    assert "| 2 | " in report and "| 3 | " in report and "OOM" not in report  # (b): one row per batch
