@@ -470,6 +470,19 @@ class SJLTProjection(torch.nn.Module):
                              f"{int(indices.min())} to {int(indices.max())}")
         return indices, signs
 
+    def __getstate__(self):
+        # The stamps name tensor ids, which pickling and deepcopy change: keep only the verdict.
+        state = self.__dict__.copy()
+        state["_seeded_tables"] = self._tables_are_seeded()
+        return state
+
+    def __setstate__(self, state):
+        seeded = state.pop("_seeded_tables")
+        super().__setstate__(state)
+        self._seeded_tables = None  # custom tables stay custom: None matches no stamps
+        if seeded and "rand_indices" in self._buffers:
+            self._remember_seeded_tables()
+
     def _apply(self, fn, *args, **kwargs):
         seeded = self._tables_are_seeded()
         result = super()._apply(fn, *args, **kwargs)

@@ -2,9 +2,11 @@
 GraSS's SJLTProjection signature. Everything runs on CPU (the CPU engine) against sjlt.reference."""
 from __future__ import annotations
 
+import copy
 import importlib.util
 import inspect
 import math
+import pickle
 import subprocess
 import sys
 import weakref
@@ -477,6 +479,22 @@ def test_grass_tables_describe_the_matrix_and_dattri_can_replace_them(rng):
     module.rand_indices.copy_(indices.clone())
     assert module._custom_tables() is not None
     torch.testing.assert_close(module(x), seeded)
+
+
+def test_grass_module_state_dict_and_copies_keep_the_matrix(rng):
+    seed = _seed(rng)
+    module = sjlt.SJLTProjection(40, 8, 2, device="cpu", seed=seed)
+    x = torch.randn(3, 40, generator=rng)
+    other = sjlt.SJLTProjection(40, 8, 2, device="cpu", seed=seed + 1)
+    other.load_state_dict(module.state_dict())  # the seed travels as extra state, no tables
+    assert other.seed == seed and torch.equal(other(x), module(x))
+    module.rand_indices  # noqa: B018  (built on read)
+    copied = copy.deepcopy(module)
+    assert copied._custom_tables() is None and torch.equal(copied(x), module(x))
+    module.rand_signs.neg_()  # custom tables stay custom in a copy
+    copied = pickle.loads(pickle.dumps(module))
+    assert copied._custom_tables() is not None
+    torch.testing.assert_close(copied(x), -other(x), rtol=1e-6, atol=1e-6)  # signs flipped: S -> -S
 
 
 def test_grass_bad_inputs_say_what_is_wrong():
