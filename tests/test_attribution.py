@@ -141,7 +141,7 @@ def test_model_ids_are_deterministic_and_independent(rng):
     # A nonzero of one matrix meets one of the other's in its block of k / nnz rows with chance
     # nnz / k for independent matrices (1 for equal ones).
     chance = spec.resolve_nnz(None, k) / k
-    assert shared < 1.5 * chance, (shared, chance)
+    assert shared < 2 * chance, (shared, chance)  # 150 seeds: at most 1.41 x chance
 
 
 @pytest.mark.parametrize("proj_type", ["rademacher", "normal", "sjlt"])
