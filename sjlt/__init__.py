@@ -27,6 +27,9 @@ _LAZY = {
     "SeededDropout": "sjlt.nn",
     "SparseJLProjection": "sjlt.sklearn",
     "FeatureDropout": "sjlt.sklearn",
+    "attribution": "sjlt.attribution",
+    # GraSS's class name and signature, which dattri's proj_type="sjlt" imports.
+    "SJLTProjection": "sjlt.attribution",
 }
 
 __all__ = ["SPEC_VERSION", "__version__", *_LAZY]

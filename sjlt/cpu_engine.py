@@ -7,7 +7,7 @@ float tolerance; only the order of the additions differs.
 
 Two paths:
 
-- **numba** (CPU tensors, when numba is installed: ``pip install 'sjlt[cpu]'``): the kernels of
+- **numba** (CPU tensors, when numba is installed: ``pip install 'seeded-sjlt[cpu]'``): the kernels of
   ``sjlt._cpu_kernels`` on tiles of rows held transposed, run on ``torch.get_num_threads()``
   threads of the calling thread. All calls in a process share one pool of ``os.cpu_count()``
   worker threads, so concurrent callers (Dask's threaded scheduler, joblib threads) never run more
@@ -106,7 +106,7 @@ def numba_kernels():
                 _cpu_kernels = importlib.import_module(f"{__package__}._cpu_kernels")
                 _cpu_kernels.compile_check()
             except ImportError as error:
-                _fall_back(f"numba is not available ({error}); install it with pip install 'sjlt[cpu]'")
+                _fall_back(f"numba is not available ({error}); install it with pip install 'seeded-sjlt[cpu]'")
             except Exception as error:  # an incompatible numba or llvmlite fails while compiling
                 _fall_back(f"the numba kernels did not compile ({type(error).__name__}: {error})")
             else:

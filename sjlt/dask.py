@@ -147,7 +147,7 @@ def project(data, n_components, *, seed, nnz=None, device="auto"):
     try:
         import dask.array as da
     except ImportError:
-        raise ImportError("sjlt.dask needs dask; install it with pip install 'sjlt[dask]'") from None
+        raise ImportError("sjlt.dask needs dask; install it with pip install 'seeded-sjlt[dask]'") from None
     if isinstance(data, da.Array):
         return _project_array(data, k, seed, nnz, device)
     import dask.dataframe as dd

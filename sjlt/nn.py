@@ -8,8 +8,8 @@ from . import spec
 
 __all__ = ["SparseJL", "SeededDropout"]
 
-# Odd 64-bit Weyl increment: call c of a seeded SeededDropout uses seed + c * this (mod 2**64).
-_CALL_INCREMENT = 0x9E3779B97F4A7C15
+# Call c of a seeded SeededDropout uses seed + c * this (mod 2**64): spec.stepped_seed(seed, c).
+_CALL_INCREMENT = spec.SEED_STEP
 # Its inverse mod 2**64 (it is odd), which recovers c from the device state.
 _CALL_INCREMENT_INVERSE = pow(_CALL_INCREMENT, -1, 1 << 64)
 
@@ -98,7 +98,7 @@ class SeededDropout(torch.nn.Module):
             value = int(self._seed_state)
             return None if value < 0 else value
         calls = self.calls
-        return None if calls == 0 else (self.seed + (calls - 1) * _CALL_INCREMENT) % (1 << 64)
+        return None if calls == 0 else spec.stepped_seed(self.seed, calls - 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:

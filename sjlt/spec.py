@@ -47,6 +47,11 @@ NUMPY_FLOAT_DTYPES = tuple(name for name in FLOAT_DTYPES if name != "bfloat16")
 _UINT32 = 0xFFFFFFFF
 _SEED_LIMIT = 1 << 64
 
+#: Odd 64-bit Weyl increment that derives a family of seeds from one: member i of seed s is
+#: (s + i * SEED_STEP) mod 2**64 (SeededDropout's calls, an attribution projector's model ids).
+#: The map is a bijection mod 2**64, so members 0, 1, 2, ... of one seed never coincide.
+SEED_STEP = 0x9E3779B97F4A7C15
+
 
 def check_seed(seed, name: str = "seed") -> int:
     """Returns ``seed`` as a Python int in [0, 2**64), or raises TypeError / ValueError."""
@@ -70,6 +75,11 @@ def philox_key(seed: int) -> tuple[int, int]:
 def seed_from_key(key0: int, key1: int) -> int:
     """The seed of a Philox key: the inverse of :func:`philox_key`."""
     return (int(key0) & _UINT32) | ((int(key1) & _UINT32) << 32)
+
+
+def stepped_seed(seed: int, index: int) -> int:
+    """Member ``index`` of ``seed``'s family: (seed + index * SEED_STEP) mod 2**64 (docs/spec.md, 3)."""
+    return (check_seed(seed) + int(index) * SEED_STEP) % _SEED_LIMIT
 
 
 def seed_as_int64(seed: int) -> int:

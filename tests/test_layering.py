@@ -5,7 +5,7 @@
       -> ops (torch.library ops)
       -> functional, nn (the public API)
       -> io (files, the host<->device pipeline), metrics
-      -> adapters: sklearn, cli, dask, distributed
+      -> adapters: sklearn, cli, dask, distributed, attribution
 
 A module imports only its own layer and the layers below; no adapter imports another adapter;
 nothing but ``python -m sjlt`` imports the command line; and the modules import no circle, not
@@ -30,7 +30,7 @@ LAYERS = [
     ("ops", ["sjlt.ops"]),
     ("api", ["sjlt.functional", "sjlt.nn"]),
     ("io", ["sjlt.io", "sjlt.metrics"]),
-    ("adapters", ["sjlt.sklearn", "sjlt.cli", "sjlt.dask", "sjlt.distributed"]),
+    ("adapters", ["sjlt.sklearn", "sjlt.cli", "sjlt.dask", "sjlt.distributed", "sjlt.attribution"]),
 ]
 #: Above every layer: the package's lazy facade and ``python -m sjlt``.
 TOP = {"sjlt", "sjlt.__main__"}

@@ -15,7 +15,7 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise CLIError("--plot needs matplotlib, which is not installed; install it with "
-                       "pip install 'sjlt[plot]' (or pip install matplotlib), or drop --plot") from None
+                       "pip install 'seeded-sjlt[plot]' (or pip install matplotlib), or drop --plot") from None
 
 
 def write_report(path: Path, reports, scatter, *, neighbors: int, n_samples: int,

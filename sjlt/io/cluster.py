@@ -20,7 +20,7 @@ def _connect(address: str):
         from distributed import Client
     except ImportError:
         raise FileProjectionError("--scheduler needs dask.distributed; install it with "
-                       "pip install 'sjlt[dask]'") from None
+                       "pip install 'seeded-sjlt[dask]'") from None
     try:
         return Client(address, timeout=_CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as error:

@@ -1,0 +1,195 @@
+"""Per-example gradient projection for data attribution on a 10^8-parameter model (GPU).
+
+The model is GPT-2 small (``transformers.GPT2LMHeadModel(GPT2Config())``, 124M parameters,
+random weights, no download), eager attention; each example is a sequence of ``--seq`` random
+tokens with its language-model loss.
+
+(a) **Featurize step vs projection.** TRAK's featurize step computes the per-example gradients of
+    a batch with ``torch.func`` (``vmap`` over ``grad``, all parameters at once, a dict of
+    (batch, ...) tensors), then projects them. The script times the gradient computation and
+    ``SJLTProjector.project`` of that dict at each k (parameter by parameter, with column offsets),
+    and reports the projection's share of the step: TRAK's goal is under 10%.
+(b) **Memory.** ``sjlt.attribution.project_per_example_gradients`` (one group of parameters at a
+    time, ``--budget-mib`` of per-example gradients at once) against the naive path (all
+    per-example gradients, flattened into (batch, 124M) with ``torch.cat``, then projected): peak
+    GPU memory above the model's and time, per batch size; a run out of memory is reported as OOM.
+
+CUDA times are medians of ``--repeats`` runs after a warm-up, synchronised around each run. The
+script prints markdown tables and writes them to ``--out``.
+
+    python benchmarks/bench_attribution.py --out bench_attribution.md            # GPU, ~3 min
+    python benchmarks/bench_attribution.py --smoke --out /tmp/attribution.md      # CPU, tiny GPT-2
+
+Needs transformers (and sjlt installed: ``pip install --no-deps --no-build-isolation -e .``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+from torch.func import functional_call, grad, vmap
+
+import sjlt
+from sjlt.attribution import SJLTProjector, project_per_example_gradients
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny GPT-2 (1 layer, width 32) on CPU with tiny sizes: checks the script")
+    parser.add_argument("--device", default=None, help="default: cuda (cpu with --smoke)")
+    parser.add_argument("--batch", type=int, default=16, help="examples per featurize step (a)")
+    parser.add_argument("--seq", type=int, default=128, help="tokens per example")
+    parser.add_argument("--ks", default="2048,4096,8192", help="projection dimensions for (a)")
+    parser.add_argument("--memory-batches", default="16,64", help="batch sizes for (b)")
+    parser.add_argument("--memory-k", type=int, default=4096, help="projection dimension for (b)")
+    parser.add_argument("--budget-mib", type=int, default=4096,
+                        help="per-example gradient memory of project_per_example_gradients in (b)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.device = args.device or "cpu"
+        args.batch, args.seq, args.ks, args.memory_batches, args.memory_k = 3, 8, "16,32", "2,3", 16
+        args.budget_mib, args.repeats = 1, 1
+    args.device = torch.device(args.device or "cuda")
+    args.ks = [int(k) for k in args.ks.split(",")]
+    args.memory_batches = [int(b) for b in args.memory_batches.split(",")]
+    return args
+
+
+def build_model(smoke: bool, device: torch.device) -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = (GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16, bos_token_id=0,
+                         eos_token_id=0) if smoke else GPT2Config())
+    # Eager attention: vmap has batching rules for its ops (the fused attention backward has none).
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(config).to(device).eval()
+
+
+def lm_loss(model, tokens):
+    """One example's language-model loss (tokens has no batch dimension)."""
+    return model(input_ids=tokens[None], labels=tokens[None]).loss
+
+
+def all_gradients(model, tokens) -> dict[str, torch.Tensor]:
+    """What TRAK's gradient computer does: per-example gradients of every parameter at once."""
+    params = {name: p.detach() for name, p in model.named_parameters()}
+
+    def loss_of(params, example):
+        return functional_call(model, params, (), {"input_ids": example[None], "labels": example[None]}).loss
+
+    return vmap(grad(loss_of), in_dims=(None, 0))(params, tokens)
+
+
+def timed(fn, device: torch.device, repeats: int):
+    """(median seconds over repeats after one warm-up, last result)."""
+    result = fn()
+    seconds = []
+    for _ in range(repeats):
+        del result
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        result = fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), result
+
+
+def featurize_table(model, args) -> str:
+    grad_dim = sum(p.numel() for p in model.parameters())
+    tokens = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), device=args.device)
+    gradient_seconds, grads = timed(lambda: all_gradients(model, tokens), args.device, args.repeats)
+    dtypes = sorted({str(g.dtype).removeprefix("torch.") for g in grads.values()})
+    lines = [f"(a) featurize step, batch {args.batch} x {args.seq} tokens, grad_dim {grad_dim:,} ({', '.join(dtypes)} "
+             f"gradients as a dict of {len(grads)} tensors): per-example gradients {gradient_seconds * 1e3:.1f} ms",
+             "", "| k | projection ms | projection share of the step |", "|---|---|---|"]
+    for k in args.ks:
+        projector = SJLTProjector(grad_dim, k, seed=0, device=args.device)
+        seconds, _ = timed(lambda: projector.project(grads, 0), args.device, args.repeats)
+        lines.append(f"| {k} | {seconds * 1e3:.1f} | {100 * seconds / (seconds + gradient_seconds):.1f}% |")
+    return "\n".join(lines)
+
+
+def _peak(fn, device: torch.device):
+    """(seconds, peak bytes above what was allocated before, or None where memory is not measured)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    start = time.perf_counter()
+    result = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else None
+    del result
+    return seconds, peak
+
+
+def naive_projection(model, tokens, k):
+    grads = all_gradients(model, tokens)
+    flat = torch.cat([g.reshape(tokens.shape[0], -1) for g in grads.values()], 1)
+    del grads
+    return sjlt.sparse_jl(flat, k, seed=0)
+
+
+def memory_table(model, args) -> str:
+    budget = args.budget_mib << 20
+    lines = [f"(b) project_per_example_gradients (budget {args.budget_mib} MiB of per-example gradients) against "
+             f"all gradients, flattened, then projected; k = {args.memory_k}, {args.seq} tokens; peak memory above "
+             f"the model's", "", "| batch | ours GiB | ours s | naive GiB | naive s |", "|---|---|---|---|---|"]
+
+    def fmt(measured):
+        if measured == "OOM":
+            return "OOM", "–"
+        seconds, peak = measured
+        return ("n/a" if peak is None else f"{peak / 2**30:.2f}"), f"{seconds:.2f}"
+
+    for batch in args.memory_batches:
+        tokens = torch.randint(0, model.config.vocab_size, (batch, args.seq), device=args.device)
+        row = []
+        for fn in (lambda: project_per_example_gradients(model, lm_loss, tokens, args.memory_k, seed=0,
+                                                         max_gradient_bytes=budget),
+                   lambda: naive_projection(model, tokens, args.memory_k)):
+            try:
+                row += fmt(_peak(fn, args.device))
+            except torch.cuda.OutOfMemoryError:
+                row += fmt("OOM")
+            if args.device.type == "cuda":
+                torch.cuda.empty_cache()
+        lines.append(f"| {batch} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> str:
+    args = parse_args(argv)
+    model = build_model(args.smoke, args.device)
+    where = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else platform.processor() or "CPU"
+    import transformers
+
+    header = (f"GPT-2{' (tiny, smoke test)' if args.smoke else ''}, random weights; {where}; torch {torch.__version__}, "
+              f"transformers {transformers.__version__}, sjlt {sjlt.__version__}; {date.today()}; "
+              f"`python {' '.join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])])}`")
+    report = "\n\n".join([header, featurize_table(model, args), memory_table(model, args)]) + "\n"
+    print(report)
+    if args.out is not None:
+        args.out.write_text(report, encoding="utf-8")
+    return report
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    main()
