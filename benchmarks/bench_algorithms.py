@@ -7,6 +7,7 @@ For each shape and dtype: the Triton kernel of the default layout and the dense 
 after warm-up, random data), the faster one, and what the fixed rule picks. Then float32 under
 each torch.get_float32_matmul_precision() mode: time and max relative error against float64.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,7 @@ import triton
 from triton.testing import do_bench
 
 from sjlt import backends, reference, spec
-from sjlt.ops import choice, dense
-from sjlt.ops import layouts
+from sjlt.ops import choice, dense, layouts
 from sjlt.ops._launch import FP32_PASSES
 
 SEED = 11
@@ -37,9 +37,12 @@ def copy_bandwidth() -> float:
 
 
 def sweep(lines: list[str], bw: float) -> None:
-    lines += ["## Algorithm choice: kernel against dense cuBLAS (forward and transpose, default nnz)", "",
-              "| dtype | n | d | k | floor ms | kernel ms | dense ms | transpose kernel ms | transpose dense ms | faster (fwd/T) | rule picks | rule right |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "## Algorithm choice: kernel against dense cuBLAS (forward and transpose, default nnz)",
+        "",
+        "| dtype | n | d | k | floor ms | kernel ms | dense ms | transpose kernel ms | transpose dense ms | faster (fwd/T) | rule picks | rule right |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     key0, key1 = spec.philox_key(SEED)
     right = total = 0
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
@@ -59,16 +62,21 @@ def sweep(lines: list[str], bw: float) -> None:
                 ok = pick == ("dense" if dense_ms < kernel else "kernel")
                 right += ok
                 total += 1
-                lines.append(f"| {str(dtype)[6:]} | {n} | {d} | {k} | {floor:.3f} | {kernel:.3f} | {dense_ms:.3f} | "
-                             f"{kernel_t:.3f} | {dense_t:.3f} | {faster} | {pick} | {'yes' if ok else 'NO'} |")
+                lines.append(
+                    f"| {str(dtype)[6:]} | {n} | {d} | {k} | {floor:.3f} | {kernel:.3f} | {dense_ms:.3f} | "
+                    f"{kernel_t:.3f} | {dense_t:.3f} | {faster} | {pick} | {'yes' if ok else 'NO'} |"
+                )
                 dense.clear_cache()
     lines += ["", f"The rule picks the faster forward algorithm in {right} of {total} configurations.", ""]
 
 
 def precision(lines: list[str], bw: float) -> None:
-    lines += ["## float32 precision modes (kernel, default nnz)", "",
-              "| n | d | k | mode | bf16 passes | ms | % of memory floor | max rel. error vs float64 |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "## float32 precision modes (kernel, default nnz)",
+        "",
+        "| n | d | k | mode | bf16 passes | ms | % of memory floor | max rel. error vs float64 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     key0, key1 = spec.philox_key(SEED)
     previous = torch.get_float32_matmul_precision()
     for n, d, k in [(2**20, 1024, 256), (2**20, 1024, 1024), (2**18, 4096, 4096)]:
@@ -92,8 +100,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     bw = copy_bandwidth()
-    lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-             f"{datetime.date.today()}, copy {bw / 1e9:.0f} GB/s. `python benchmarks/bench_algorithms.py`", ""]
+    lines = [
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+        f"{datetime.date.today()}, copy {bw / 1e9:.0f} GB/s. `python benchmarks/bench_algorithms.py`",
+        "",
+    ]
     sweep(lines, bw)
     precision(lines, bw)
     text = "\n".join(lines)

@@ -22,6 +22,7 @@ script prints markdown tables and writes them to ``--out``.
 
 Needs transformers (and sjlt installed: ``pip install --no-deps --no-build-isolation -e .``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,16 +43,23 @@ from sjlt.attribution import SJLTProjector, project_per_example_gradients
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true",
-                        help="a tiny GPT-2 (1 layer, width 32) on CPU with tiny sizes: checks the script")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny GPT-2 (1 layer, width 32) on CPU with tiny sizes: checks the script",
+    )
     parser.add_argument("--device", default=None, help="default: cuda (cpu with --smoke)")
     parser.add_argument("--batch", type=int, default=16, help="examples per featurize step (a)")
     parser.add_argument("--seq", type=int, default=128, help="tokens per example")
     parser.add_argument("--ks", default="2048,4096,8192", help="projection dimensions for (a)")
     parser.add_argument("--memory-batches", default="16,64", help="batch sizes for (b)")
     parser.add_argument("--memory-k", type=int, default=4096, help="projection dimension for (b)")
-    parser.add_argument("--budget-mib", type=int, default=4096,
-                        help="per-example gradient memory of project_per_example_gradients in (b)")
+    parser.add_argument(
+        "--budget-mib",
+        type=int,
+        default=4096,
+        help="per-example gradient memory of project_per_example_gradients in (b)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
     args = parser.parse_args(argv)
@@ -68,8 +76,11 @@ def parse_args(argv=None):
 def build_model(smoke: bool, device: torch.device) -> torch.nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = (GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16, bos_token_id=0,
-                         eos_token_id=0) if smoke else GPT2Config())
+    config = (
+        GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16, bos_token_id=0, eos_token_id=0)
+        if smoke
+        else GPT2Config()
+    )
     # Eager attention: vmap has batching rules for its ops (the fused attention backward has none).
     config._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -112,9 +123,13 @@ def featurize_table(model, args) -> str:
     tokens = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), device=args.device)
     gradient_seconds, grads = timed(lambda: all_gradients(model, tokens), args.device, args.repeats)
     dtypes = sorted({str(g.dtype).removeprefix("torch.") for g in grads.values()})
-    lines = [f"(a) featurize step, batch {args.batch} x {args.seq} tokens, grad_dim {grad_dim:,} ({', '.join(dtypes)} "
-             f"gradients as a dict of {len(grads)} tensors): per-example gradients {gradient_seconds * 1e3:.1f} ms",
-             "", "| k | projection ms | projection share of the step |", "|---|---|---|"]
+    lines = [
+        f"(a) featurize step, batch {args.batch} x {args.seq} tokens, grad_dim {grad_dim:,} ({', '.join(dtypes)} "
+        f"gradients as a dict of {len(grads)} tensors): per-example gradients {gradient_seconds * 1e3:.1f} ms",
+        "",
+        "| k | projection ms | projection share of the step |",
+        "|---|---|---|",
+    ]
     for k in args.ks:
         projector = SJLTProjector(grad_dim, k, seed=0, device=args.device)
         seconds, _ = timed(lambda: projector.project(grads, 0), args.device, args.repeats)
@@ -148,9 +163,14 @@ def naive_projection(model, tokens, k):
 
 def memory_table(model, args) -> str:
     budget = args.budget_mib << 20
-    lines = [f"(b) project_per_example_gradients (budget {args.budget_mib} MiB of per-example gradients) against "
-             f"all gradients, flattened, then projected; k = {args.memory_k}, {args.seq} tokens; peak memory above "
-             f"the model's", "", "| batch | ours GiB | ours s | naive GiB | naive s |", "|---|---|---|---|---|"]
+    lines = [
+        f"(b) project_per_example_gradients (budget {args.budget_mib} MiB of per-example gradients) against "
+        f"all gradients, flattened, then projected; k = {args.memory_k}, {args.seq} tokens; peak memory above "
+        f"the model's",
+        "",
+        "| batch | ours GiB | ours s | naive GiB | naive s |",
+        "|---|---|---|---|---|",
+    ]
 
     def fmt(measured):
         if measured == "OOM":
@@ -161,9 +181,12 @@ def memory_table(model, args) -> str:
     for batch in args.memory_batches:
         tokens = torch.randint(0, model.config.vocab_size, (batch, args.seq), device=args.device)
         row = []
-        for fn in (lambda: project_per_example_gradients(model, lm_loss, tokens, args.memory_k, seed=0,
-                                                         max_gradient_bytes=budget),
-                   lambda: naive_projection(model, tokens, args.memory_k)):
+        for fn in (
+            lambda: project_per_example_gradients(
+                model, lm_loss, tokens, args.memory_k, seed=0, max_gradient_bytes=budget
+            ),
+            lambda: naive_projection(model, tokens, args.memory_k),
+        ):
             try:
                 row += fmt(_peak(fn, args.device))
             except torch.cuda.OutOfMemoryError:
@@ -180,9 +203,11 @@ def main(argv=None) -> str:
     where = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else platform.processor() or "CPU"
     import transformers
 
-    header = (f"GPT-2{' (tiny, smoke test)' if args.smoke else ''}, random weights; {where}; torch {torch.__version__}, "
-              f"transformers {transformers.__version__}, sjlt {sjlt.__version__}; {date.today()}; "
-              f"`python {' '.join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])])}`")
+    header = (
+        f"GPT-2{' (tiny, smoke test)' if args.smoke else ''}, random weights; {where}; torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, sjlt {sjlt.__version__}; {date.today()}; "
+        f"`python {' '.join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])])}`"
+    )
     report = "\n\n".join([header, featurize_table(model, args), memory_table(model, args)]) + "\n"
     print(report)
     if args.out is not None:

@@ -13,6 +13,7 @@ cache may still help), times:
 
 Works on CPU and GPU machines (--device auto picks the GPU when torch sees one).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,14 +94,25 @@ def main(argv=None) -> int:
         np.save(tiny, np.random.default_rng(1).standard_normal((1024, args.features), dtype=np.float32))
         project_file(tiny, scratch / "tiny_out.npy", settings)  # warm-up: imports, kernels, threads
 
-        command = [sys.executable, "-m", "sjlt", "project", str(source), str(target), "--dim",
-                   str(args.dim), "--device", args.device, "--overwrite", "--quiet"]
+        command = [
+            sys.executable,
+            "-m",
+            "sjlt",
+            "project",
+            str(source),
+            str(target),
+            "--dim",
+            str(args.dim),
+            "--device",
+            args.device,
+            "--overwrite",
+            "--quiet",
+        ]
         results = [
             timed("read: np.load(mmap) + sum", source, lambda: read_mmap_sum(source)),
             timed("read: readinto 64 MB blocks", source, lambda: read_blocks(source)),
             timed("sjlt project (process)", source, lambda: subprocess.run(command, check=True)),
-            timed("sjlt project (in-process)", source,
-                  lambda: project_file(source, target, settings)),
+            timed("sjlt project (in-process)", source, lambda: project_file(source, target, settings)),
         ]
     device = settings.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"

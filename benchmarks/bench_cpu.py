@@ -19,6 +19,7 @@ bytes per second as a share of the copy's bytes per second measured under the sa
 prints the speed-up from 1 thread to all (``torch.set_num_threads``);
 and the peak resident memory each method adds, measured in a fresh process per method.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -105,8 +106,10 @@ def _scaling(n: int, d: int, k: int, dtype: str, repeats: int) -> dict:
     y = torch.from_numpy(_data(n, k, dtype, salt=1))
     all_threads = torch.get_num_threads()
     result = {}
-    for label, call in {"forward": lambda: F.sparse_jl(x, k, seed=0),
-                        "transpose": lambda: F.sparse_jl_transpose(y, d, seed=0)}.items():
+    for label, call in {
+        "forward": lambda: F.sparse_jl(x, k, seed=0),
+        "transpose": lambda: F.sparse_jl_transpose(y, d, seed=0),
+    }.items():
         times = {1: [], all_threads: []}
         call()
         for _ in range(repeats):
@@ -156,10 +159,12 @@ def _environment() -> str:
     except ImportError:
         numba_version = "no numba"
     path = "numba" if cpu_engine.engine_choice() == "auto" and cpu_engine.numba_kernels() else "torch"
-    return (f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}; {cpu}, "
-            f"{os.cpu_count()} logical cores; torch {torch.__version__} ({torch.get_num_threads()} "
-            f"threads), {numba_version}, scikit-learn {sklearn.__version__}, numpy {numpy.__version__}, "
-            f"Python {platform.python_version()}; CPU engine path: {path}")
+    return (
+        f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}; {cpu}, "
+        f"{os.cpu_count()} logical cores; torch {torch.__version__} ({torch.get_num_threads()} "
+        f"threads), {numba_version}, scikit-learn {sklearn.__version__}, numpy {numpy.__version__}, "
+        f"Python {platform.python_version()}; CPU engine path: {path}"
+    )
 
 
 def _fmt_ratio(ratio: float, target: float) -> str:
@@ -193,38 +198,57 @@ def main(argv=None) -> None:
             def ratio(slow, fast):
                 return statistics.median(s / f for s, f in zip(times[slow], times[fast]))
 
-            rows.append((dtype, k, median, {
-                "Gaussian": ratio("Gaussian", "sjlt"), "SparseRP": ratio("SparseRP", "sjlt"),
-                "est Gaussian": ratio("Gaussian", "SparseJLProjection"),
-                "est SparseRP": ratio("SparseRP", "SparseJLProjection"),
-                "dense T": ratio("dense T", "sjlt T"), "sparse T": ratio("sparse T", "sjlt T"),
-                "copy": ratio("copy", "sjlt"), "copy T": ratio("copy", "sjlt T")}))
+            rows.append(
+                (
+                    dtype,
+                    k,
+                    median,
+                    {
+                        "Gaussian": ratio("Gaussian", "sjlt"),
+                        "SparseRP": ratio("SparseRP", "sjlt"),
+                        "est Gaussian": ratio("Gaussian", "SparseJLProjection"),
+                        "est SparseRP": ratio("SparseRP", "SparseJLProjection"),
+                        "dense T": ratio("dense T", "sjlt T"),
+                        "sparse T": ratio("sparse T", "sjlt T"),
+                        "copy": ratio("copy", "sjlt"),
+                        "copy T": ratio("copy", "sjlt T"),
+                    },
+                )
+            )
 
     print(f"### Forward: X {n} x {d} -> k, default nnz; medians of {args.repeats} interleaved rounds\n")
-    print("| dtype | k | copy s | sjlt s | SparseJLProjection s | Gaussian s | SparseRP s | sjlt GB/s in | % of copy "
-          "| sjlt vs Gaussian | sjlt vs SparseRP | SparseJLProjection vs Gaussian | vs SparseRP |")
+    print(
+        "| dtype | k | copy s | sjlt s | SparseJLProjection s | Gaussian s | SparseRP s | sjlt GB/s in | % of copy "
+        "| sjlt vs Gaussian | sjlt vs SparseRP | SparseJLProjection vs Gaussian | vs SparseRP |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for dtype, k, median, ratios in rows:
         in_bytes = n * d * (4 if dtype == "float32" else 8)
         rate = in_bytes / median["sjlt"]
-        print(f"| {dtype} | {k} | {median['copy']:.4f} | {median['sjlt']:.4f} | "
-              f"{median['SparseJLProjection']:.4f} | {median['Gaussian']:.4f} | {median['SparseRP']:.3f} | "
-              f"{rate / 1e9:.2f} | {100 * ratios['copy']:.0f}% | {_fmt_ratio(ratios['Gaussian'], TARGETS['Gaussian'])} | "
-              f"{_fmt_ratio(ratios['SparseRP'], TARGETS['SparseRP'])} | "
-              f"{_fmt_ratio(ratios['est Gaussian'], TARGETS['Gaussian'])} | "
-              f"{_fmt_ratio(ratios['est SparseRP'], TARGETS['SparseRP'])} |")
+        print(
+            f"| {dtype} | {k} | {median['copy']:.4f} | {median['sjlt']:.4f} | "
+            f"{median['SparseJLProjection']:.4f} | {median['Gaussian']:.4f} | {median['SparseRP']:.3f} | "
+            f"{rate / 1e9:.2f} | {100 * ratios['copy']:.0f}% | {_fmt_ratio(ratios['Gaussian'], TARGETS['Gaussian'])} | "
+            f"{_fmt_ratio(ratios['SparseRP'], TARGETS['SparseRP'])} | "
+            f"{_fmt_ratio(ratios['est Gaussian'], TARGETS['Gaussian'])} | "
+            f"{_fmt_ratio(ratios['est SparseRP'], TARGETS['SparseRP'])} |"
+        )
 
-    print(f"\n### Transpose: Y {n} x k -> {d}; against Y @ G (dense k x {d}, numpy) and Y @ S "
-          f"(SparseRandomProjection's CSR components, scipy)\n")
+    print(
+        f"\n### Transpose: Y {n} x k -> {d}; against Y @ G (dense k x {d}, numpy) and Y @ S "
+        f"(SparseRandomProjection's CSR components, scipy)\n"
+    )
     print("| dtype | k | sjlt T s | dense T s | sparse T s | sjlt GB/s out | % of copy | vs dense | vs sparse |")
     print("|---|---|---|---|---|---|---|---|---|")
     for dtype, k, median, ratios in rows:
         out_bytes = n * d * (4 if dtype == "float32" else 8)
         rate = out_bytes / median["sjlt T"]
-        print(f"| {dtype} | {k} | {median['sjlt T']:.4f} | {median['dense T']:.4f} | "
-              f"{median['sparse T']:.3f} | {rate / 1e9:.2f} | {100 * ratios['copy T']:.0f}% | "
-              f"{_fmt_ratio(ratios['dense T'], TARGETS['dense T'])} | "
-              f"{_fmt_ratio(ratios['sparse T'], TARGETS['sparse T'])} |")
+        print(
+            f"| {dtype} | {k} | {median['sjlt T']:.4f} | {median['dense T']:.4f} | "
+            f"{median['sparse T']:.3f} | {rate / 1e9:.2f} | {100 * ratios['copy T']:.0f}% | "
+            f"{_fmt_ratio(ratios['dense T'], TARGETS['dense T'])} | "
+            f"{_fmt_ratio(ratios['sparse T'], TARGETS['sparse T'])} |"
+        )
 
     print(f"\n### Scaling from 1 thread to {torch.get_num_threads()} (torch.set_num_threads), float32\n")
     print("| k | direction | 1 thread s | all threads s | speed-up |")
@@ -237,17 +261,24 @@ def main(argv=None) -> None:
     if not args.no_memory:
         k = 256 if 256 in args.k else args.k[0]
         print(f"\n### Peak resident memory a call adds (fresh process each), float32, k = {k}\n")
-        out_mib = {"sjlt": n * k * 4 / 2**20, "SparseJLProjection": n * k * 4 / 2**20,
-                   "Gaussian": n * k * 4 / 2**20, "SparseRP": n * k * 4 / 2**20,
-                   "sjlt T": n * d * 4 / 2**20, "dense T": n * d * 4 / 2**20}
+        out_mib = {
+            "sjlt": n * k * 4 / 2**20,
+            "SparseJLProjection": n * k * 4 / 2**20,
+            "Gaussian": n * k * 4 / 2**20,
+            "SparseRP": n * k * 4 / 2**20,
+            "sjlt T": n * d * 4 / 2**20,
+            "dense T": n * d * 4 / 2**20,
+        }
         print("| method | peak MiB added | output MiB |")
         print("|---|---|---|")
         for method, output in out_mib.items():
             peak = _in_fresh_process(method, n, d, k, "float32")
             print(f"| {method} | {peak / 2**20:.0f} | {output:.0f} |")
 
-    print(f"\nLoad average (1 min) after: {os.getloadavg()[0]:.2f}. Ratios are medians of per-round "
-          f"ratios (each round runs every method once, back to back).")
+    print(
+        f"\nLoad average (1 min) after: {os.getloadavg()[0]:.2f}. Ratios are medians of per-round "
+        f"ratios (each round runs every method once, back to back)."
+    )
 
 
 if __name__ == "__main__":

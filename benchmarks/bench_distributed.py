@@ -23,6 +23,7 @@ Smoke test of the script itself on CPU (gloo, tiny sizes, wall-clock timers):
 
     torchrun --nproc_per_node=2 benchmarks/bench_distributed.py --backend gloo --small --out /tmp/b.md
 """
+
 import os
 
 # Before torch is imported, so that no NCCL communicator can see other values.
@@ -50,8 +51,12 @@ TOLERANCE = {torch.bfloat16: 2**-6, torch.float16: 2**-9, torch.float32: 1e-5}
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl",
-                        help="nccl: one process per GPU; gloo: CPU, for testing the script")
+    parser.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        default="nccl",
+        help="nccl: one process per GPU; gloo: CPU, for testing the script",
+    )
     parser.add_argument("--small", action="store_true", help="tiny sizes (d=4133, n=4, k=64)")
     parser.add_argument("--d", type=int, default=2**28, help="input columns (default 2**28)")
     parser.add_argument("--n", type=int, default=32, help="rows (default 32)")
@@ -169,25 +174,42 @@ def run(args, rank: int, world: int, device: torch.device) -> int:
         replicated = all(torch.equal(other, y_sharded) for other in gathered)
         passed = error <= TOLERANCE[dtype] and replicated
         failed = not passed
-        lines.append(f"Correctness: max |sharded - single| / max |single| = {error:.3e} "
-                     f"(tolerance {TOLERANCE[dtype]:.1e}); identical on all {world} ranks: {replicated} "
-                     f"-> {'PASS' if passed else 'FAIL'}")
+        lines.append(
+            f"Correctness: max |sharded - single| / max |single| = {error:.3e} "
+            f"(tolerance {TOLERANCE[dtype]:.1e}); identical on all {world} ranks: {replicated} "
+            f"-> {'PASS' if passed else 'FAIL'}"
+        )
         print(lines[-1], flush=True)
     del y_sharded, gathered
 
     # Timings. The single-device reference runs on rank 0 while the others wait.
     single = None
     if rank == 0:
-        single = median_ms(lambda: sjlt.sparse_jl(x_full, k, seed=seed, nnz=args.nnz), timer,
-                           args.warmup, args.reps, aligned=False)
+        single = median_ms(
+            lambda: sjlt.sparse_jl(x_full, k, seed=seed, nnz=args.nnz), timer, args.warmup, args.reps, aligned=False
+        )
     dist.barrier()
-    local = median_ms(lambda: sjlt.sparse_jl(x_shard, k, seed=seed, nnz=args.nnz, column_offset=start),
-                      timer, args.warmup, args.reps, aligned=True)
-    unchecked = median_ms(lambda: sparse_jl_sharded(x_shard, k, seed=seed, nnz=args.nnz,
-                                                    column_offset=start, check=False),
-                          timer, args.warmup, args.reps, aligned=True)
-    checked = median_ms(lambda: sparse_jl_sharded(x_shard, k, seed=seed, nnz=args.nnz, column_offset=start),
-                        timer, args.warmup, args.reps, aligned=True)
+    local = median_ms(
+        lambda: sjlt.sparse_jl(x_shard, k, seed=seed, nnz=args.nnz, column_offset=start),
+        timer,
+        args.warmup,
+        args.reps,
+        aligned=True,
+    )
+    unchecked = median_ms(
+        lambda: sparse_jl_sharded(x_shard, k, seed=seed, nnz=args.nnz, column_offset=start, check=False),
+        timer,
+        args.warmup,
+        args.reps,
+        aligned=True,
+    )
+    checked = median_ms(
+        lambda: sparse_jl_sharded(x_shard, k, seed=seed, nnz=args.nnz, column_offset=start),
+        timer,
+        args.warmup,
+        args.reps,
+        aligned=True,
+    )
     local, unchecked, checked = (slowest_rank(t, device) for t in (local, unchecked, checked))
 
     if rank == 0:
@@ -211,8 +233,10 @@ def run(args, rank: int, world: int, device: torch.device) -> int:
             "| configuration | ranks | columns per rank | median ms | input GB/s (all ranks) | speedup vs 1 |",
             "|---|---|---|---|---|---|",
         ]
-        lines += [f"| {name} | {ranks} | {cols} | {ms:.3f} | {input_gb / (ms / 1e3):.4g} | {single / ms:.2f}x |"
-                  for name, ranks, cols, ms in rows]
+        lines += [
+            f"| {name} | {ranks} | {cols} | {ms:.3f} | {input_gb / (ms / 1e3):.4g} | {single / ms:.2f}x |"
+            for name, ranks, cols, ms in rows
+        ]
         print("\n".join(lines[1:]), flush=True)
         if args.out is not None:
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ bytes an op must move (read input once, write output once) divided by the device
 bandwidth measured in this run. Peak memory is torch.cuda.max_memory_allocated during the op,
 minus its input and output.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,15 @@ from sjlt import reference, spec
 from sjlt.ops import classic, windowed
 
 SJLT_SHAPES = [  # (n, d, k): issue 12's shapes
-    (2**20, 1024, 64), (2**20, 1024, 256), (2**20, 1024, 1024),
-    (2**18, 4096, 256), (2**18, 4096, 4096),
-    (32, 2**24, 4096), (4096, 2**17, 4096), (2**16, 2**14, 1024), (1024, 2**20, 8192),
+    (2**20, 1024, 64),
+    (2**20, 1024, 256),
+    (2**20, 1024, 1024),
+    (2**18, 4096, 256),
+    (2**18, 4096, 4096),
+    (32, 2**24, 4096),
+    (4096, 2**17, 4096),
+    (2**16, 2**14, 1024),
+    (1024, 2**20, 8192),
 ]
 DENSE_LIMIT_BYTES = 8 * 2**30  # skip peers whose materialised matrix or temporaries exceed this
 SEED = 20261122
@@ -74,14 +81,18 @@ def tensor_core_floor_ms(n: int, d: int, k: int, nnz: int, tflops: float, passes
 
 
 def sjlt_section(bw: float, tflops: float, lines: list[str]) -> None:
-    lines += ["## SJLT forward (Y = X S^T), default nnz", "",
-              "`floor ms` is the memory floor (bytes over the copy bandwidth); `tc floor ms` is the time of the "
-              f"tile work at the measured {tflops:.0f} TFLOP/s bf16 GEMM rate: three exact passes for float32, "
-              "whose `% of floor` is against the larger of the two, one pass for bfloat16, shown only (its "
-              "`% of floor` is against the memory floor). `classic ms` times the one-hot kernel of the "
-              "classic layout (spec v1's design) on the same shape, for comparison.", "",
-              "| dtype | n | d | k | layout, nnz | floor ms | tc floor ms | sjlt ms | % of floor | classic ms | cuBLAS dense ms | torch.sparse CSR ms | index_add_ ms | vs cuBLAS | vs CSR | vs index_add_ | extra peak MiB | fp32 rel err |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "## SJLT forward (Y = X S^T), default nnz",
+        "",
+        "`floor ms` is the memory floor (bytes over the copy bandwidth); `tc floor ms` is the time of the "
+        f"tile work at the measured {tflops:.0f} TFLOP/s bf16 GEMM rate: three exact passes for float32, "
+        "whose `% of floor` is against the larger of the two, one pass for bfloat16, shown only (its "
+        "`% of floor` is against the memory floor). `classic ms` times the one-hot kernel of the "
+        "classic layout (spec v1's design) on the same shape, for comparison.",
+        "",
+        "| dtype | n | d | k | layout, nnz | floor ms | tc floor ms | sjlt ms | % of floor | classic ms | cuBLAS dense ms | torch.sparse CSR ms | index_add_ ms | vs cuBLAS | vs CSR | vs index_add_ | extra peak MiB | fp32 rel err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dtype in (torch.float32, torch.bfloat16):
         for n, d, k in SJLT_SHAPES:
@@ -124,15 +135,18 @@ def sjlt_section(bw: float, tflops: float, lines: list[str]) -> None:
                 want = reference.sparse_jl_forward(x[rows_idx].double(), k, seed=SEED, nnz=nnz)
                 got = F.sparse_jl(x, k, seed=SEED)[rows_idx].double()
                 err = f"{float((got - want).abs().max() / want.abs().max()):.1e}"
+
             def ratio(peer, ours=ours):
                 return "n/a" if peer is None else f"{peer / ours:.2f}x"
 
             exact = dtype == torch.float32
             tc_ms = tensor_core_floor_ms(n, d, k, nnz, tflops, 3 if exact else 1)
             floor = max(floor_ms, tc_ms or 0.0) if exact else floor_ms
-            lines.append(f"| {str(dtype)[6:]} | {n} | {d} | {k} | {layout} | {floor_ms:.3f} | {fmt_ms(tc_ms)} | {ours:.3f} | {100 * floor / ours:.0f}% | "
-                         f"{fmt_ms(classic_ms)} | {fmt_ms(dense_ms)} | {fmt_ms(csr_ms)} | {fmt_ms(ia_ms)} | {ratio(dense_ms)} | {ratio(csr_ms)} | "
-                         f"{ratio(ia_ms)} | {extra / 2**20:.1f} | {err} |")
+            lines.append(
+                f"| {str(dtype)[6:]} | {n} | {d} | {k} | {layout} | {floor_ms:.3f} | {fmt_ms(tc_ms)} | {ours:.3f} | {100 * floor / ours:.0f}% | "
+                f"{fmt_ms(classic_ms)} | {fmt_ms(dense_ms)} | {fmt_ms(csr_ms)} | {fmt_ms(ia_ms)} | {ratio(dense_ms)} | {ratio(csr_ms)} | "
+                f"{ratio(ia_ms)} | {extra / 2**20:.1f} | {err} |"
+            )
             print(lines[-1], flush=True)
             x = None  # frees the input before the next shape (not del: the closures above name x)
             torch.cuda.empty_cache()
@@ -140,8 +154,12 @@ def sjlt_section(bw: float, tflops: float, lines: list[str]) -> None:
 
 
 def transpose_section(bw: float, lines: list[str]) -> None:
-    lines += ["## SJLT transpose (Z = Y S, the backward)", "",
-              "| dtype | n | d | k | floor ms | sjlt ms | % of floor |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "## SJLT transpose (Z = Y S, the backward)",
+        "",
+        "| dtype | n | d | k | floor ms | sjlt ms | % of floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
     gen = torch.Generator(device="cuda").manual_seed(1)
     for dtype in (torch.float32, torch.bfloat16):
         for n, d, k in SJLT_SHAPES:
@@ -149,14 +167,20 @@ def transpose_section(bw: float, lines: list[str]) -> None:
             y = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
             floor_ms = (n * d + n * k) * item / bw * 1e3
             ms = bench(lambda: F.sparse_jl_transpose(y, d, seed=SEED))
-            lines.append(f"| {str(dtype)[6:]} | {n} | {d} | {k} | {floor_ms:.3f} | {ms:.3f} | {100 * floor_ms / ms:.0f}% |")
+            lines.append(
+                f"| {str(dtype)[6:]} | {n} | {d} | {k} | {floor_ms:.3f} | {ms:.3f} | {100 * floor_ms / ms:.0f}% |"
+            )
             print(lines[-1], flush=True)
     lines.append("")
 
 
 def small_and_first_call_section(lines: list[str]) -> None:
-    lines += ["## Small inputs and first call (d = 1024, k = 256, float32)", "",
-              "| n | sjlt us/call | empty-kernel launch us |", "|---|---|---|"]
+    lines += [
+        "## Small inputs and first call (d = 1024, k = 256, float32)",
+        "",
+        "| n | sjlt us/call | empty-kernel launch us |",
+        "|---|---|---|",
+    ]
     noop = torch.empty(1, device="cuda")
     launch_us = bench(lambda: noop.add_(0)) * 1e3
     for n in (1, 64, 4096):
@@ -174,9 +198,12 @@ def tensor_core_rate() -> float:
 
 
 def dropout_section(bw: float, lines: list[str]) -> None:
-    lines += ["## Seeded dropout forward, p = 0.1", "",
-              "| dtype | elements | floor ms | sjlt ms | % of floor | F.dropout ms | vs F.dropout |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "## Seeded dropout forward, p = 0.1",
+        "",
+        "| dtype | elements | floor ms | sjlt ms | % of floor | F.dropout ms | vs F.dropout |",
+        "|---|---|---|---|---|---|---|",
+    ]
     numel = 2**28
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         x = torch.randn(numel, device="cuda").to(dtype)
@@ -184,14 +211,23 @@ def dropout_section(bw: float, lines: list[str]) -> None:
         floor_ms = 2 * numel * item / bw * 1e3
         ours = bench(lambda: F.seeded_dropout(x, 0.1, seed=SEED))
         theirs = bench(lambda: torch.nn.functional.dropout(x, 0.1, training=True))
-        lines.append(f"| {str(dtype)[6:]} | 2^28 | {floor_ms:.3f} | {ours:.3f} | {100 * floor_ms / ours:.0f}% | {theirs:.3f} | {theirs / ours:.2f}x |")
+        lines.append(
+            f"| {str(dtype)[6:]} | 2^28 | {floor_ms:.3f} | {ours:.3f} | {100 * floor_ms / ours:.0f}% | {theirs:.3f} | {theirs / ours:.2f}x |"
+        )
         print(lines[-1], flush=True)
         x = None  # not del: the closures above name x
     lines.append("")
     # Memory for backward: an MLP with dropout after each layer, forward + backward.
-    lines += ["### Peak memory, MLP 4 x Linear(4096, 4096) with dropout after each, batch 16384, bf16", "",
-              "| dropout | peak MiB | time fwd+bwd ms |", "|---|---|---|"]
-    for name, make in [("torch.nn.Dropout", lambda: torch.nn.Dropout(0.1)), ("sjlt.SeededDropout", lambda: sjlt.SeededDropout(0.1))]:
+    lines += [
+        "### Peak memory, MLP 4 x Linear(4096, 4096) with dropout after each, batch 16384, bf16",
+        "",
+        "| dropout | peak MiB | time fwd+bwd ms |",
+        "|---|---|---|",
+    ]
+    for name, make in [
+        ("torch.nn.Dropout", lambda: torch.nn.Dropout(0.1)),
+        ("sjlt.SeededDropout", lambda: sjlt.SeededDropout(0.1)),
+    ]:
         torch.manual_seed(0)
         layers = []
         for _ in range(4):
@@ -229,13 +265,15 @@ def main(argv=None) -> int:
     first_ms = (time.perf_counter() - first) * 1e3
     bw = copy_bandwidth()
     lines = [
-        "# sjlt GPU benchmark", "",
+        "# sjlt GPU benchmark",
+        "",
         f"- date: {datetime.date.today()}",
         f"- device: {torch.cuda.get_device_name()}",
         f"- torch {torch.__version__}, triton {triton.__version__}, python {platform.python_version()}, sjlt {sjlt.__version__}, spec v{sjlt.SPEC_VERSION}",
         f"- measured device-to-device copy bandwidth (read + write): {bw / 1e9:.0f} GB/s",
         f"- first call in this process (Triton compile or cache load): {first_ms:.0f} ms",
-        f"- command: `python benchmarks/bench_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`", "",
+        f"- command: `python benchmarks/bench_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+        "",
     ]
     print("\n".join(lines), flush=True)
     tflops = tensor_core_rate()

@@ -12,6 +12,7 @@ The layers, outermost first:
 - ``empty Triton launch``: a Triton kernel that does nothing, with the same number of arguments.
 The peers are ``torch.matmul`` against a pre-built dense S and ``F.dropout``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,29 @@ D, K, SEED = 1024, 256, 7
 
 
 @triton.jit
-def _empty_kernel(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r,  # noqa: E741 (eighteen arguments, as launches pass)
-                  X: tl.constexpr, Y: tl.constexpr, Z: tl.constexpr):
+def _empty_kernel(
+    a,
+    b,
+    c,
+    d,
+    e,
+    f,
+    g,
+    h,
+    i,
+    j,
+    k,
+    l,  # noqa: E741 (eighteen arguments, as launches pass)
+    m,
+    n,
+    o,
+    p,
+    q,
+    r,
+    X: tl.constexpr,
+    Y: tl.constexpr,
+    Z: tl.constexpr,
+):
     pass
 
 
@@ -60,12 +82,15 @@ def launcher(x, k, nnz):
 
 
 def sjlt_rows(lines: list[str]) -> None:
-    lines += ["| dtype | n | grad | torch.matmul µs | F.sparse_jl µs | vs matmul | torch.ops.sjlt µs | launcher µs | empty Triton launch µs |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| dtype | n | grad | torch.matmul µs | F.sparse_jl µs | vs matmul | torch.ops.sjlt µs | launcher µs | empty Triton launch µs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     nnz = spec.resolve_nnz(None, K)
     t = torch.empty(1, device="cuda")
-    empty = wall_us(lambda: _empty_kernel[(1,)](t, t, t, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                                X=1, Y=2, Z=3))
+    empty = wall_us(
+        lambda: _empty_kernel[(1,)](t, t, t, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, X=1, Y=2, Z=3)
+    )
     for dtype in (torch.float32, torch.bfloat16):
         for n in (1, 64):
             for grad in (False, True):
@@ -81,13 +106,18 @@ def sjlt_rows(lines: list[str]) -> None:
                     print("op row skipped:", error)
                 with torch.no_grad():
                     launch = wall_us(launcher(x.detach(), K, nnz))
-                lines.append(f"| {str(dtype)[6:]} | {n} | {'yes' if grad else 'no'} | {matmul:.1f} | {api:.1f} | "
-                             f"{api / matmul:.2f}x | {op:.1f} | {launch:.1f} | {empty:.1f} |")
+                lines.append(
+                    f"| {str(dtype)[6:]} | {n} | {'yes' if grad else 'no'} | {matmul:.1f} | {api:.1f} | "
+                    f"{api / matmul:.2f}x | {op:.1f} | {launch:.1f} | {empty:.1f} |"
+                )
 
 
 def dropout_rows(lines: list[str]) -> None:
-    lines += ["", "| dtype | numel | grad | F.dropout µs | F.seeded_dropout µs | vs F.dropout | SeededDropout(seed=s) µs | SeededDropout() µs |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| dtype | numel | grad | F.dropout µs | F.seeded_dropout µs | vs F.dropout | SeededDropout(seed=s) µs | SeededDropout() µs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for dtype in (torch.float32, torch.bfloat16):
         for numel in (64, 65536):
             for grad in (False, True):
@@ -98,8 +128,10 @@ def dropout_rows(lines: list[str]) -> None:
                 drawn = sjlt.SeededDropout(0.1).cuda()
                 module_seeded = wall_us(lambda: seeded(x))
                 module_drawn = wall_us(lambda: drawn(x))
-                lines.append(f"| {str(dtype)[6:]} | {numel} | {'yes' if grad else 'no'} | {peer:.1f} | {ours:.1f} | "
-                             f"{ours / peer:.2f}x | {module_seeded:.1f} | {module_drawn:.1f} |")
+                lines.append(
+                    f"| {str(dtype)[6:]} | {numel} | {'yes' if grad else 'no'} | {peer:.1f} | {ours:.1f} | "
+                    f"{ours / peer:.2f}x | {module_seeded:.1f} | {module_drawn:.1f} |"
+                )
 
 
 def profile(lines: list[str]) -> None:
@@ -115,17 +147,26 @@ def profile(lines: list[str]) -> None:
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(14)
     body = text.getvalue()
-    lines += ["", "cProfile of 2000 calls of `F.sparse_jl` (64 x 1024 float32 -> 256), by own time:", "", "```",
-              *[line for line in body.splitlines()[6:] if line.strip()], "```"]
+    lines += [
+        "",
+        "cProfile of 2000 calls of `F.sparse_jl` (64 x 1024 float32 -> 256), by own time:",
+        "",
+        "```",
+        *[line for line in body.splitlines()[6:] if line.strip()],
+        "```",
+    ]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the tables to this file")
     args = parser.parse_args(argv)
-    lines = [f"Per-call cost on {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-             f"sjlt {sjlt.__version__}, {datetime.date.today()}; d = {D}, k = {K}, default nnz. "
-             "`python benchmarks/bench_overhead.py`", ""]
+    lines = [
+        f"Per-call cost on {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+        f"sjlt {sjlt.__version__}, {datetime.date.today()}; d = {D}, k = {K}, default nnz. "
+        "`python benchmarks/bench_overhead.py`",
+        "",
+    ]
     sjlt_rows(lines)
     dropout_rows(lines)
     profile(lines)

@@ -12,6 +12,7 @@ includes pages of libraries first touched by the measured call, so small inputs 
 When CUDA is available it also reports, in the same run, host-to-device copy speed (pinned and
 pageable) and the end-to-end throughput of ``transform`` on numpy input and output through the GPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,6 +68,7 @@ def measure_transform(name: str, n: int, d: int, k: int, repeats: int, sjlt_para
     warnings.simplefilter("ignore")
     import numpy as np  # noqa: F401  (imported before the baseline is read)
     import sklearn.random_projection  # noqa: F401
+
     import sjlt.sklearn  # noqa: F401
 
     X = _random_input(n, d)
@@ -80,6 +82,7 @@ def measure_fit(name: str, n: int, d: int, k: int, repeats: int) -> dict:
     """Median fit time (a fresh estimator each run) and the peak memory it adds over X."""
     warnings.simplefilter("ignore")
     import sklearn.random_projection  # noqa: F401
+
     import sjlt.sklearn  # noqa: F401
 
     X = _random_input(n, d)
@@ -105,6 +108,7 @@ def measure_gpu(n: int, d: int, k: int, repeats: int) -> dict:
             result = function()
             torch.cuda.synchronize()
             return result
+
         return run
 
     results = {"device_name": torch.cuda.get_device_name()}
@@ -137,10 +141,12 @@ def _environment() -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return (f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads), numpy {numpy.__version__}, "
-            f"scikit-learn {sklearn.__version__}, Python {platform.python_version()}; load average "
-            f"{os.getloadavg()[0]:.1f} at start (other processes skew CPU timings)")
+    return (
+        f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), numpy {numpy.__version__}, "
+        f"scikit-learn {sklearn.__version__}, Python {platform.python_version()}; load average "
+        f"{os.getloadavg()[0]:.1f} at start (other processes skew CPU timings)"
+    )
 
 
 def _mib(value: int) -> str:
@@ -157,8 +163,13 @@ def main(argv=None) -> None:
     parser.add_argument("--d", type=int, default=1024, help="features of the transform input")
     parser.add_argument("--k", type=int, default=256, help="output components")
     parser.add_argument("--fit-d", type=int, default=2**16, help="features of the fit input")
-    parser.add_argument("--fit-n", type=int, nargs="+", default=[16, 1000],
-                        help="rows of the fit input (fit validates X, so it scales with rows)")
+    parser.add_argument(
+        "--fit-n",
+        type=int,
+        nargs="+",
+        default=[16, 1000],
+        help="rows of the fit input (fit validates X, so it scales with rows)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--gpu-only", action="store_true", help="skip the CPU tables")
     args = parser.parse_args(argv)
@@ -172,35 +183,41 @@ def main(argv=None) -> None:
 
 def _cpu_tables(args, gigabytes: float) -> None:
     print(f"### transform: float32 X {args.n} x {args.d} ({gigabytes:.2f} GB) -> {args.k}\n")
-    print("| estimator | median s | GB/s of input | SparseJLProjection speed-up over it | target "
-          "| peak MiB over X |")
+    print("| estimator | median s | GB/s of input | SparseJLProjection speed-up over it | target | peak MiB over X |")
     print("|---|---|---|---|---|---|")
-    cases = [(ESTIMATORS[0], ESTIMATORS[0], None), *((label, ESTIMATORS[0], params)
-                                                     for label, params in SJLT_VARIANTS),
-             *((name, name, None) for name in ESTIMATORS[1:])]
-    transform = {label: _in_fresh_process(measure_transform, name, args.n, args.d, args.k,
-                                          args.repeats, params)
-                 for label, name, params in cases}
+    cases = [
+        (ESTIMATORS[0], ESTIMATORS[0], None),
+        *((label, ESTIMATORS[0], params) for label, params in SJLT_VARIANTS),
+        *((name, name, None) for name in ESTIMATORS[1:]),
+    ]
+    transform = {
+        label: _in_fresh_process(measure_transform, name, args.n, args.d, args.k, args.repeats, params)
+        for label, name, params in cases
+    }
     ours = transform["SparseJLProjection"]["seconds"]
     for name, result in transform.items():
         ratio = result["seconds"] / ours
         target = _verdict(ratio, TRANSFORM_TARGETS[name]) if name in TRANSFORM_TARGETS else ""
-        print(f"| {name} | {result['seconds']:.3f} | {gigabytes / result['seconds']:.2f} | "
-              f"{ratio:.2f}x | {target} | {_mib(result['peak_bytes'])} |")
+        print(
+            f"| {name} | {result['seconds']:.3f} | {gigabytes / result['seconds']:.2f} | "
+            f"{ratio:.2f}x | {target} | {_mib(result['peak_bytes'])} |"
+        )
 
     print(f"\n### fit: float32 X with d = {args.fit_d} -> {args.k}\n")
-    print("| rows | estimator | median s | SparseJLProjection speed-up over it | target "
-          "| peak MiB over X |")
+    print("| rows | estimator | median s | SparseJLProjection speed-up over it | target | peak MiB over X |")
     print("|---|---|---|---|---|---|")
     for rows in args.fit_n:
-        fit = {name: _in_fresh_process(measure_fit, name, rows, args.fit_d, args.k, args.repeats)
-               for name in ESTIMATORS}
+        fit = {
+            name: _in_fresh_process(measure_fit, name, rows, args.fit_d, args.k, args.repeats) for name in ESTIMATORS
+        }
         ours = fit["SparseJLProjection"]["seconds"]
         for name, result in fit.items():
             ratio = result["seconds"] / ours
             target = _verdict(ratio, FIT_TARGET) if name != "SparseJLProjection" else ""
-            print(f"| {rows} | {name} | {result['seconds']:.5f} | {ratio:.1f}x | {target} | "
-                  f"{_mib(result['peak_bytes'])} |")
+            print(
+                f"| {rows} | {name} | {result['seconds']:.5f} | {ratio:.1f}x | {target} | "
+                f"{_mib(result['peak_bytes'])} |"
+            )
 
 
 def _gpu_table(args, gigabytes: float) -> None:
@@ -215,16 +232,22 @@ def _gpu_table(args, gigabytes: float) -> None:
     print("| operation | median ms | GB/s of input | GB/s in+out | share of pinned H2D |")
     print("|---|---|---|---|---|")
     pinned_rate = gigabytes / gpu["h2d_pinned"]
-    rows = [("host-to-device copy, pinned", gpu["h2d_pinned"], None),
-            ("host-to-device copy, pageable", gpu["h2d_pageable"], None),
-            ("transform(numpy) device='cuda'", gpu["transform_numpy"], moved),
-            ("transform(cuda tensor), no transfers", gpu["transform_tensor"], moved)]
+    rows = [
+        ("host-to-device copy, pinned", gpu["h2d_pinned"], None),
+        ("host-to-device copy, pageable", gpu["h2d_pageable"], None),
+        ("transform(numpy) device='cuda'", gpu["transform_numpy"], moved),
+        ("transform(cuda tensor), no transfers", gpu["transform_tensor"], moved),
+    ]
     for label, seconds, total in rows:
         both = f"{total / seconds:.1f}" if total else ""
-        print(f"| {label} | {seconds * 1e3:.1f} | {gigabytes / seconds:.1f} | {both} | "
-              f"{gigabytes / seconds / pinned_rate:.0%} |")
-    print(f"\nPeak host memory over X during transform(numpy): {_mib(gpu['host_peak_bytes'])} MiB; "
-          f"peak GPU memory: {_mib(gpu['device_peak_bytes'])} MiB.")
+        print(
+            f"| {label} | {seconds * 1e3:.1f} | {gigabytes / seconds:.1f} | {both} | "
+            f"{gigabytes / seconds / pinned_rate:.0%} |"
+        )
+    print(
+        f"\nPeak host memory over X during transform(numpy): {_mib(gpu['host_peak_bytes'])} MiB; "
+        f"peak GPU memory: {_mib(gpu['device_peak_bytes'])} MiB."
+    )
 
 
 if __name__ == "__main__":

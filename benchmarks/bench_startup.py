@@ -7,6 +7,7 @@ median wall time over --repeat runs and whether torch (or numpy, pyarrow, tqdm, 
 imported, read from the import-time log. Then it prints the slowest imports (cumulative
 microseconds) of ``python -X importtime -c "import sjlt.cli"``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,7 @@ def time_case(args: list[str], repeat: int) -> tuple[float, set[str], int]:
     seconds, modules, code = [], set(), 0
     for _ in range(repeat):
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "sjlt", *args],
-                              capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "sjlt", *args], capture_output=True, text=True)
         seconds.append(time.perf_counter() - started)
         modules = imported_modules(done.stderr)
         code = done.returncode
@@ -48,12 +48,13 @@ def time_case(args: list[str], repeat: int) -> tuple[float, set[str], int]:
 
 
 def top_imports(statement: str, top: int) -> list[str]:
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", statement],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", statement], capture_output=True, text=True, check=True
+    )
     rows = []
     for line in done.stderr.splitlines():
         if line.startswith("import time:") and "|" in line and "cumulative" not in line:
-            _, cumulative, name = line[len("import time:"):].split("|")
+            _, cumulative, name = line[len("import time:") :].split("|")
             rows.append((int(cumulative), name.rstrip()))
     rows.sort(reverse=True)
     return [f"{cumulative:>10} us | {name}" for cumulative, name in rows[:top]]
@@ -64,8 +65,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--top", type=int, default=12)
     options = parser.parse_args()
-    print(f"python {platform.python_version()}, {platform.machine()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, median of {options.repeat} fresh processes")
+    print(
+        f"python {platform.python_version()}, {platform.machine()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, median of {options.repeat} fresh processes"
+    )
     print()
     print("| command | exit | median s | heavy modules imported |")
     print("|---|---|---|---|")

@@ -5,7 +5,6 @@
 Philox known answers from the Triton core, the SJLT matrix from the kernel's hash table against
 the reference's, forward/transpose errors against float64, and dropout masks bit for bit.
 """
-import math
 
 import torch
 
@@ -14,8 +13,11 @@ from sjlt import functional as F
 from sjlt import reference
 from sjlt.kernels.philox import philox_blocks_kernel
 
-KNOWN = [((0, 0, 0, 0), (0, 0)), ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2),
-         ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0))]
+KNOWN = [
+    ((0, 0, 0, 0), (0, 0)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0)),
+]
 
 
 def main() -> None:
@@ -26,8 +28,14 @@ def main() -> None:
     out = torch.empty(len(KNOWN), 4, dtype=torch.int64, device=device)
     philox_blocks_kernel[(1,)](counters, keys, out, len(KNOWN), BLOCK=128)
     for (c, k), words in zip(KNOWN, out.tolist()):
-        print("philox", " ".join(f"{v:08x}" for v in c), "|", " ".join(f"{v:08x}" for v in k), "->",
-              " ".join(f"{v:08x}" for v in words))
+        print(
+            "philox",
+            " ".join(f"{v:08x}" for v in c),
+            "|",
+            " ".join(f"{v:08x}" for v in k),
+            "->",
+            " ".join(f"{v:08x}" for v in words),
+        )
     gen = torch.Generator(device=device).manual_seed(0)
     for d, k, nnz, offset, seed in [(1000, 256, 8, 0, 1), (4133, 4096, 8, 2**33, 2**64 - 1), (65, 17, 17, 5, 99)]:
         a = F.sparse_jl_matrix(d, k, seed=seed, nnz=nnz, column_offset=offset, backend="triton", device=device)
@@ -41,16 +49,21 @@ def main() -> None:
         y = torch.randn(777, 300, device=device, generator=gen).to(dtype)
         want_t = reference.sparse_jl_transpose(y.double().cpu(), 1031, seed=5, nnz=8)
         got_t = F.sparse_jl_transpose(y, 1031, seed=5).double().cpu()
+
         def rel(g, w):
             return float((g - w).abs().max() / w.abs().max())
 
-        print(f"sparse_jl {str(dtype)[6:]}: forward rel err {rel(got, want):.1e}, transpose rel err {rel(got_t, want_t):.1e}")
+        print(
+            f"sparse_jl {str(dtype)[6:]}: forward rel err {rel(got, want):.1e}, transpose rel err {rel(got_t, want_t):.1e}"
+        )
     for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         x = torch.randn(3, 1000, 333, device=device, generator=gen).to(dtype)
         got = F.seeded_dropout(x, 0.3, seed=2**63 + 5)
         want = F.seeded_dropout(x.cpu(), 0.3, seed=2**63 + 5, backend="torch")
-        print(f"seeded_dropout {str(dtype)[6:]}: GPU kernel == CPU reference bit for bit: {torch.equal(got.cpu(), want)}; "
-              f"keep rate {float((got != 0).double().mean()):.4f}")
+        print(
+            f"seeded_dropout {str(dtype)[6:]}: GPU kernel == CPU reference bit for bit: {torch.equal(got.cpu(), want)}; "
+            f"keep rate {float((got != 0).double().mean()):.4f}"
+        )
 
 
 if __name__ == "__main__":

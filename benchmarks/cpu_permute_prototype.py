@@ -11,6 +11,7 @@ column offset 0), checks it against the oracle and times it against the engine's
 x86-only LLVM intrinsic, and misaligned column offsets, other dtypes and the classic layout would
 still need the tile kernel. Measurements: benchmarks/NOTES.md (CPU engine).
 """
+
 import math
 import time
 
@@ -42,14 +43,15 @@ def _window_update(typingctx, y, y_offset, x, x_offset, weights, weights_offset,
         values = builder.load(pointer(sig.args[2], x, x_offset), align=4)
         signed = builder.load(pointer(sig.args[4], weights, weights_offset), align=4)
         accumulated = builder.load(y_pointer, align=4)
-        splat = builder.insert_element(ir.Constant(lanes, ir.Undefined), builder.trunc(mask, ir.IntType(32)),
-                                       ir.Constant(ir.IntType(32), 0))
+        splat = builder.insert_element(
+            ir.Constant(lanes, ir.Undefined), builder.trunc(mask, ir.IntType(32)), ir.Constant(ir.IntType(32), 0)
+        )
         splat = builder.shuffle_vector(splat, ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, [0] * 16))
         index = builder.xor(ir.Constant(lanes, list(range(16))), splat)
-        permute = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, lanes]),
-                                                 "llvm.x86.avx512.permvar.sf.512")
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
-                                             "llvm.fma.v16f32")
+        permute = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vector, [vector, lanes]), "llvm.x86.avx512.permvar.sf.512"
+        )
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3), "llvm.fma.v16f32")
         permuted = builder.call(permute, [values, index])
         builder.store(builder.call(fma, [permuted, signed, accumulated]), y_pointer, align=4)
         return context.get_dummy_value()
@@ -71,8 +73,15 @@ def forward_rows(x, y, window_base, masks, weights, nnz):
         for c in range(d // 16):
             for t in range(nnz):
                 entry = uint64(c * nnz + t)
-                _window_update(y_flat, row + uint64(window_base[entry]), x_flat, x_row + uint64(c) * uint64(16),
-                               weights, entry * uint64(16), masks[entry])
+                _window_update(
+                    y_flat,
+                    row + uint64(window_base[entry]),
+                    x_flat,
+                    x_row + uint64(c) * uint64(16),
+                    weights,
+                    entry * uint64(16),
+                    masks[entry],
+                )
 
 
 def window_table(d, k, nnz, seed):
@@ -114,8 +123,10 @@ def main():
             start = time.perf_counter()
             _cpu_kernels.forward_block(x, y, rows, signed, False, x_t, y_t)
             best_tiles = min(best_tiles, time.perf_counter() - start)
-        print(f"k={k}: permute {best_permute / n * 1e5:.3f} s, tiles {best_tiles / n * 1e5:.3f} s "
-              f"per 100,000 rows of 1024 float32, one thread")
+        print(
+            f"k={k}: permute {best_permute / n * 1e5:.3f} s, tiles {best_tiles / n * 1e5:.3f} s "
+            f"per 100,000 rows of 1024 float32, one thread"
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Time to the first projection in a fresh process, and whether it imported torch._dynamo (issue 13).
 
-    python benchmarks/first_call_probe.py      (on a GPU machine)
+python benchmarks/first_call_probe.py      (on a GPU machine)
 """
+
 import sys
 import time
 
@@ -19,4 +20,6 @@ t3 = time.perf_counter()
 y = sjlt.sparse_jl(x, 32, seed=1)
 torch.cuda.synchronize()
 t4 = time.perf_counter()
-print(f"import torch {t1-t0:.2f}s; first sparse_jl {t3-t2:.2f}s; second {1e3*(t4-t3):.2f} ms; torch._dynamo loaded: {'torch._dynamo' in sys.modules}")
+print(
+    f"import torch {t1 - t0:.2f}s; first sparse_jl {t3 - t2:.2f}s; second {1e3 * (t4 - t3):.2f} ms; torch._dynamo loaded: {'torch._dynamo' in sys.modules}"
+)

@@ -9,6 +9,7 @@ benchmarks/NOTES.md):
 picks the dtypes, float32 then bfloat16 by default, each launched twice; ``--gluon on|off`` forces
 the windowed forward's Gluon kernel (regex:sparse_jl_windowed_gluon_forward) or the Triton one.
 """
+
 import argparse
 
 import torch

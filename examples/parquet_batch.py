@@ -13,6 +13,7 @@ after a change of seed or k, and only redoes what changed. Each output is writte
 Built on the file-projection layer behind ``sjlt project``, :mod:`sjlt.io`: project_file,
 project_on_cluster and read_provenance.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,11 +39,16 @@ def up_to_date(shard: Path, output: Path, settings: Settings) -> bool:
         return False  # unreadable, or made under an older stream spec: make it again
     if recorded is None:
         return False
-    wanted = {"seed": settings.seed, "out_features": settings.out_features,
-              "nnz": spec.resolve_nnz(settings.nnz, settings.out_features)}
+    wanted = {
+        "seed": settings.seed,
+        "out_features": settings.out_features,
+        "nnz": spec.resolve_nnz(settings.nnz, settings.out_features),
+    }
     rows = pq.ParquetFile(shard).metadata.num_rows
-    return all(recorded.get(key) == value for key, value in wanted.items()) and \
-        recorded.get("input_shape", [None])[0] == rows
+    return (
+        all(recorded.get(key) == value for key, value in wanted.items())
+        and recorded.get("input_shape", [None])[0] == rows
+    )
 
 
 def make_store(directory: Path, shards: int, rows: int = 500, features: int = 384) -> None:
@@ -52,8 +58,13 @@ def make_store(directory: Path, shards: int, rows: int = 500, features: int = 38
     for index in range(shards):
         embeddings = rng.standard_normal((rows, features), dtype=np.float32)
         ids = np.arange(index * rows, (index + 1) * rows)
-        table = pa.table({"id": ids, "text": [f"document {i}" for i in ids],
-                          "embedding": pa.FixedSizeListArray.from_arrays(pa.array(embeddings.reshape(-1)), features)})
+        table = pa.table(
+            {
+                "id": ids,
+                "text": [f"document {i}" for i in ids],
+                "embedding": pa.FixedSizeListArray.from_arrays(pa.array(embeddings.reshape(-1)), features),
+            }
+        )
         pq.write_table(table, directory / f"shard-{index:05d}.parquet")
 
 
@@ -72,15 +83,17 @@ def main(argv=None) -> int:
     if args.make_store:
         make_store(args.store, args.make_store)
     # overwrite: a stale projection (sjlt's own output, by its record) is made again in place.
-    settings = Settings(out_features=args.dim, seed=spec.check_seed(args.seed), nnz=args.nnz,
-                        column=args.column, overwrite=True)
+    settings = Settings(
+        out_features=args.dim, seed=spec.check_seed(args.seed), nnz=args.nnz, column=args.column, overwrite=True
+    )
     shards = sorted(args.store.glob("*.parquet"))
     if not shards:
         print(f"parquet_batch: error: no .parquet shards in {args.store}", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
-    pending = [(shard, args.out / shard.name) for shard in shards
-               if not up_to_date(shard, args.out / shard.name, settings)]
+    pending = [
+        (shard, args.out / shard.name) for shard in shards if not up_to_date(shard, args.out / shard.name, settings)
+    ]
     started = time.perf_counter()
     try:
         if args.scheduler:
@@ -91,8 +104,10 @@ def main(argv=None) -> int:
         print(f"parquet_batch: error: {error}", file=sys.stderr)
         return 1
     rows = sum(r.rows for r in results)
-    print(f"parquet_batch: projected {len(results)} shards ({rows:,} rows) in "
-          f"{time.perf_counter() - started:.2f} s; {len(shards) - len(pending)} already up to date")
+    print(
+        f"parquet_batch: projected {len(results)} shards ({rows:,} rows) in "
+        f"{time.perf_counter() - started:.2f} s; {len(shards) - len(pending)} already up to date"
+    )
     return 0
 
 

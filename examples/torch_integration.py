@@ -6,6 +6,7 @@ A SeededDropout keeps its call counter on the device, so a compiled training ste
 and a captured CUDA graph draws a fresh mask on every replay; under autocast SparseJL runs in the
 autocast dtype, as nn.Linear does. Prints what it checked.
 """
+
 from __future__ import annotations
 
 import torch
@@ -17,10 +18,12 @@ import sjlt
 def model(device: str) -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Linear(512, 1024), torch.nn.ReLU(),
-        sjlt.SeededDropout(0.1, seed=7),            # the seed advances on the device, call by call
-        sjlt.SparseJL(1024, 256, seed=1),           # fixed matrix, regenerated from its seed
-        torch.nn.Linear(256, 10)).to(device)
+        torch.nn.Linear(512, 1024),
+        torch.nn.ReLU(),
+        sjlt.SeededDropout(0.1, seed=7),  # the seed advances on the device, call by call
+        sjlt.SparseJL(1024, 256, seed=1),  # fixed matrix, regenerated from its seed
+        torch.nn.Linear(256, 10),
+    ).to(device)
 
 
 def compiled_training(device: str, steps: int = 20) -> int:
@@ -65,8 +68,10 @@ def cuda_graph_masks(replays: int = 3) -> list[torch.Tensor]:
 
 def main() -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    results = {"graphs compiled in 20 steps": compiled_training(device),
-               "output dtype under autocast(bfloat16)": autocast_dtype(device)}
+    results = {
+        "graphs compiled in 20 steps": compiled_training(device),
+        "output dtype under autocast(bfloat16)": autocast_dtype(device),
+    }
     if device == "cuda":
         masks = cuda_graph_masks()
         results["distinct masks in 3 CUDA-graph replays"] = len({tuple(m.flatten().tolist()) for m in masks})

@@ -11,6 +11,7 @@ weights' initialisation, the data split and shuffling, and every dropout mask.
 
 Runs in seconds on a CPU; prints the training loss and test accuracy of each epoch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,15 +25,18 @@ import sjlt
 class SketchedPairwiseMLP(torch.nn.Module):
     """Pixels and their pairwise products -> SparseJL sketch -> Linear, ReLU, SeededDropout, Linear."""
 
-    def __init__(self, pixels: int, sketch_dim: int, hidden: int, classes: int, *,
-                 projection_seed: int, dropout: float):
+    def __init__(
+        self, pixels: int, sketch_dim: int, hidden: int, classes: int, *, projection_seed: int, dropout: float
+    ):
         super().__init__()
         self.register_buffer("pairs", torch.triu_indices(pixels, pixels), persistent=False)
         self.sketch = sjlt.nn.SparseJL(pixels + self.pairs.shape[1], sketch_dim, seed=projection_seed)
         self.classifier = torch.nn.Sequential(
-            torch.nn.Linear(sketch_dim, hidden), torch.nn.ReLU(),
+            torch.nn.Linear(sketch_dim, hidden),
+            torch.nn.ReLU(),
             sjlt.nn.SeededDropout(dropout),
-            torch.nn.Linear(hidden, classes))
+            torch.nn.Linear(hidden, classes),
+        )
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         pairwise = pixels[:, self.pairs[0]] * pixels[:, self.pairs[1]]
@@ -67,8 +71,9 @@ def run(argv=None) -> dict:
     test_size = len(labels) // 5
     test, train = order[:test_size], order[test_size:]
 
-    model = SketchedPairwiseMLP(images.shape[1], args.sketch_dim, args.hidden, 10,
-                                projection_seed=args.projection_seed, dropout=args.dropout)
+    model = SketchedPairwiseMLP(
+        images.shape[1], args.sketch_dim, args.hidden, 10, projection_seed=args.projection_seed, dropout=args.dropout
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     losses, accuracies = [], []
     for epoch in range(args.epochs):

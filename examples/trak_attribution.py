@@ -22,6 +22,7 @@ examples, as mean +- standard deviation over projector seeds.
 
 Needs ``pip install traker`` (``seeded-sjlt[attribution]``). Runs on CPU in a few minutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,7 +72,7 @@ def build(hidden: tuple[int, ...], train_size: int, test_size: int, data_seed: i
     order = torch.randperm(len(labels), generator=generator)
     if train_size + test_size > len(order):
         raise ValueError(f"--train + --test must be at most {len(order)} (the digits), got {train_size + test_size}")
-    train, test = order[:train_size], order[train_size:train_size + test_size]
+    train, test = order[:train_size], order[train_size : train_size + test_size]
     torch.manual_seed(data_seed)
     widths = (features.shape[1], *hidden, 10)
     layers = []
@@ -117,18 +118,26 @@ def trak_scores(setup: Setup, projector, lambda_reg: float, batch_size: int = 10
     train_x, train_y = setup.train
     test_x, test_y = setup.test
     with tempfile.TemporaryDirectory() as save_dir:
-        traker = TRAKer(model=setup.model, task="image_classification", train_set_size=len(train_y),
-                        projector=projector, save_dir=save_dir, device="cpu", use_half_precision=False,
-                        lambda_reg=lambda_reg, logging_level=logging.ERROR)
+        traker = TRAKer(
+            model=setup.model,
+            task="image_classification",
+            train_set_size=len(train_y),
+            projector=projector,
+            save_dir=save_dir,
+            device="cpu",
+            use_half_precision=False,
+            lambda_reg=lambda_reg,
+            logging_level=logging.ERROR,
+        )
         checkpoint = setup.model.state_dict()
         traker.load_checkpoint(checkpoint, model_id=0)
         for start in range(0, len(train_y), batch_size):
-            batch = (train_x[start:start + batch_size], train_y[start:start + batch_size])
+            batch = (train_x[start : start + batch_size], train_y[start : start + batch_size])
             traker.featurize(batch=batch, num_samples=len(batch[1]))
         traker.finalize_features()
         traker.start_scoring_checkpoint(exp_name="test", checkpoint=checkpoint, model_id=0, num_targets=len(test_y))
         for start in range(0, len(test_y), batch_size):
-            batch = (test_x[start:start + batch_size], test_y[start:start + batch_size])
+            batch = (test_x[start : start + batch_size], test_y[start : start + batch_size])
             traker.score(batch=batch, num_samples=len(batch[1]))
         return np.asarray(traker.finalize_scores(exp_name="test"), dtype=np.float64)
 
@@ -154,15 +163,17 @@ def compare(setup: Setup, ks, seeds, ridge: float, kinds=("dense", "sjlt")) -> d
         if k >= setup.grad_dim:
             raise ValueError(f"k = {k} must be below grad_dim = {setup.grad_dim}")
         for kind in kinds:
-            results[kind, k] = [mean_spearman(trak_scores(setup, make_projector(kind, setup.grad_dim, k, seed),
-                                                          lam * k / setup.grad_dim), exact)
-                                for seed in seeds]
+            results[kind, k] = [
+                mean_spearman(
+                    trak_scores(setup, make_projector(kind, setup.grad_dim, k, seed), lam * k / setup.grad_dim), exact
+                )
+                for seed in seeds
+            ]
     return results
 
 
 def table(results: dict, ks, kinds=("dense", "sjlt")) -> str:
-    lines = ["| k | " + " | ".join(f"{kind} Spearman" for kind in kinds) + " |",
-             "|---|" + "---|" * len(kinds)]
+    lines = ["| k | " + " | ".join(f"{kind} Spearman" for kind in kinds) + " |", "|---|" + "---|" * len(kinds)]
     for k in ks:
         cells = [f"{np.mean(results[kind, k]):.3f} ± {np.std(results[kind, k]):.3f}" for kind in kinds]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
@@ -190,9 +201,11 @@ def run(argv=None) -> dict:
     with torch.no_grad():
         accuracy = float((setup.model(setup.test[0]).argmax(-1) == setup.test[1]).float().mean())
     results = compare(setup, ks, range(args.seeds), args.ridge)
-    print(f"digits MLP {args.hidden}: grad_dim {setup.grad_dim:,}, {args.train} train / {args.test} test "
-          f"examples (test accuracy {accuracy:.3f}), ridge {args.ridge}, {args.seeds} projector seed(s), "
-          f"CPU, {time.perf_counter() - started:.0f} s")
+    print(
+        f"digits MLP {args.hidden}: grad_dim {setup.grad_dim:,}, {args.train} train / {args.test} test "
+        f"examples (test accuracy {accuracy:.3f}), ridge {args.ridge}, {args.seeds} projector seed(s), "
+        f"CPU, {time.perf_counter() - started:.0f} s"
+    )
     print("Spearman correlation with exact TRAK scores, mean over test examples, mean ± sd over seeds:\n")
     print(table(results, ks))
     return results

@@ -5,6 +5,7 @@ word (i mod 4) of Philox(counter=(g mod 2**32, g div 2**32, 0, DOMAIN), key) >= 
 g = i div 4. One Philox call serves four consecutive elements, so programs start on multiples
 of 4 (BLOCK is a multiple of 4). See ``docs/spec.md``.
 """
+
 import triton
 import triton.language as tl
 
@@ -23,8 +24,19 @@ def float32_to_bfloat16_rne(y):
 
 @triton.jit
 def seeded_dropout_kernel(
-    x_ptr, y_ptr, seeds_ptr, scale_ptr, n_rows, n_cols, stride_xr, stride_xc, threshold,
-    DOMAIN: tl.constexpr, PER_ROW_SEED: tl.constexpr, CONTIGUOUS: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    y_ptr,
+    seeds_ptr,
+    scale_ptr,
+    n_rows,
+    n_cols,
+    stride_xr,
+    stride_xc,
+    threshold,
+    DOMAIN: tl.constexpr,
+    PER_ROW_SEED: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """x is viewed as (n_rows, n_cols) with strides; y is contiguous of the same shape.
 

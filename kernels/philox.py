@@ -4,6 +4,7 @@ Every kernel that needs randomness calls :func:`philox4x32_10` with a counter it
 stream layout in ``docs/spec.md``); nothing calls ``tl.rand``/``tl.randint``, whose counter
 layout Triton may change between versions.
 """
+
 import triton
 import triton.language as tl
 

@@ -11,6 +11,7 @@ result is float32-accurate with no tf32 rounding; half-precision inputs take one
 is bfloat16/float16 on a GPU and float32 under TRITON_INTERPRET=1, where low-precision tl.dot is
 unreliable: the split is identical, only the dot's operand type differs.
 """
+
 import triton
 import triton.language as tl
 
@@ -42,8 +43,7 @@ def nonzero_row_and_sign(local_col, column_offset, t, start, size, key0, key1, D
 
 
 @triton.jit
-def sparse_jl_hash_kernel(table_ptr, d, k, nnz, column_offset, key0, key1,
-                          DOMAIN: tl.constexpr, BLOCK: tl.constexpr):
+def sparse_jl_hash_kernel(table_ptr, d, k, nnz, column_offset, key0, key1, DOMAIN: tl.constexpr, BLOCK: tl.constexpr):
     """table[t, j] = row of nonzero t of column j, with bit 31 set when its sign is negative.
 
     Grid: (cdiv(d, BLOCK), nnz). Each (column, t) is hashed exactly once, one per thread; the
@@ -105,15 +105,34 @@ def dot_exact(a, b, acc, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _sum_one_hot_steps(acc, x_ptr, table_ptr, d_begin, d_end, d, offs_m, mask_m, offs_o, t_first, t_last,
-                       stride_xm, stride_xd, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                       BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _sum_one_hot_steps(
+    acc,
+    x_ptr,
+    table_ptr,
+    d_begin,
+    d_end,
+    d,
+    offs_m,
+    mask_m,
+    offs_o,
+    t_first,
+    t_last,
+    stride_xm,
+    stride_xd,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """acc + x[:, d_begin:d_end] @ (the one-hot tile of S for these columns and output columns)."""
     for d0 in range(d_begin, d_end, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
         mask_d = offs_d < d_end
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd,
-                    mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd,
+            mask=mask_m[:, None] & mask_d[None, :],
+            other=0.0,
+        )
         one_hot = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
         for t in range(t_first, t_last + 1):
             packed = tl.load(table_ptr + tl.cast(t, tl.int64) * d + offs_d, mask=mask_d, other=0)
@@ -125,10 +144,26 @@ def _sum_one_hot_steps(acc, x_ptr, table_ptr, d_begin, d_end, d, offs_m, mask_m,
 
 @triton.jit
 def sparse_jl_forward_kernel(
-    x_ptr, table_ptr, out_ptr, n, d, k, nnz, scale,
-    stride_xm, stride_xd, stride_om, stride_ok, stride_split, cols_per_split,
-    FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PROMOTE_EVERY: tl.constexpr,
+    x_ptr,
+    table_ptr,
+    out_ptr,
+    n,
+    d,
+    k,
+    nnz,
+    scale,
+    stride_xm,
+    stride_xd,
+    stride_om,
+    stride_ok,
+    stride_split,
+    cols_per_split,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PROMOTE_EVERY: tl.constexpr,
 ):
     """out[split, m, o] = scale * sum over this split's columns j of x[m, j] * sign * [row == o].
 
@@ -150,14 +185,46 @@ def sparse_jl_forward_kernel(
     d_end = tl.minimum(d_begin + cols_per_split, d)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if PROMOTE_EVERY == 0:
-        acc = _sum_one_hot_steps(acc, x_ptr, table_ptr, d_begin, d_end, d, offs_m, mask_m, offs_o,
-                                 t_first, t_last, stride_xm, stride_xd, FP32_PASSES, DOT_DTYPE, BLOCK_N, BLOCK_D)
+        acc = _sum_one_hot_steps(
+            acc,
+            x_ptr,
+            table_ptr,
+            d_begin,
+            d_end,
+            d,
+            offs_m,
+            mask_m,
+            offs_o,
+            t_first,
+            t_last,
+            stride_xm,
+            stride_xd,
+            FP32_PASSES,
+            DOT_DTYPE,
+            BLOCK_N,
+            BLOCK_D,
+        )
     else:  # runs of steps summed apart and added rounding to nearest, as the windowed forward does
         for first in range(d_begin, d_end, BLOCK_D * PROMOTE_EVERY):
-            acc += _sum_one_hot_steps(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), x_ptr, table_ptr, first,
-                                      tl.minimum(first + BLOCK_D * PROMOTE_EVERY, d_end), d, offs_m, mask_m,
-                                      offs_o, t_first, t_last, stride_xm, stride_xd, FP32_PASSES, DOT_DTYPE,
-                                      BLOCK_N, BLOCK_D)
+            acc += _sum_one_hot_steps(
+                tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                x_ptr,
+                table_ptr,
+                first,
+                tl.minimum(first + BLOCK_D * PROMOTE_EVERY, d_end),
+                d,
+                offs_m,
+                mask_m,
+                offs_o,
+                t_first,
+                t_last,
+                stride_xm,
+                stride_xd,
+                FP32_PASSES,
+                DOT_DTYPE,
+                BLOCK_N,
+                BLOCK_D,
+            )
     out = acc * scale
     out_ptrs = out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + offs_o[None, :] * stride_ok
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & (offs_o[None, :] < k))
@@ -165,10 +232,23 @@ def sparse_jl_forward_kernel(
 
 @triton.jit
 def sparse_jl_transpose_kernel(
-    y_ptr, table_ptr, z_ptr, n, d, k, nnz, scale,
-    stride_ym, stride_yk, stride_zm, stride_zd,
-    FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    y_ptr,
+    table_ptr,
+    z_ptr,
+    n,
+    d,
+    k,
+    nnz,
+    scale,
+    stride_ym,
+    stride_yk,
+    stride_zm,
+    stride_zd,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """z[m, j] = scale * sum_t sign(j, t) * y[m, row(j, t)]. Grid: cdiv(n, BLOCK_M) * cdiv(d, BLOCK_D)
     programs on one axis (axis 1 would cap d at 65535 tiles); neighbours share rows of y in L2.
@@ -187,8 +267,11 @@ def sparse_jl_transpose_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for o0 in range(0, k, BLOCK_N):
         offs_o = o0 + tl.arange(0, BLOCK_N)
-        y = tl.load(y_ptr + offs_m[:, None] * stride_ym + offs_o[None, :] * stride_yk,
-                    mask=mask_m[:, None] & (offs_o[None, :] < k), other=0.0)
+        y = tl.load(
+            y_ptr + offs_m[:, None] * stride_ym + offs_o[None, :] * stride_yk,
+            mask=mask_m[:, None] & (offs_o[None, :] < k),
+            other=0.0,
+        )
         t_first = _block_of_row(o0, k, nnz)
         t_last = _block_of_row(tl.minimum(o0 + BLOCK_N, k) - 1, k, nnz)
         one_hot_t = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
@@ -198,5 +281,8 @@ def sparse_jl_transpose_kernel(
             one_hot_t += tl.where(offs_o[:, None] == row[None, :], sign[None, :], 0.0)
         acc = dot_exact(y, one_hot_t, acc, FP32_PASSES, DOT_DTYPE)
     out = acc * scale
-    tl.store(z_ptr + offs_m[:, None] * stride_zm + offs_d[None, :] * stride_zd,
-             out.to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+    tl.store(
+        z_ptr + offs_m[:, None] * stride_zm + offs_d[None, :] * stride_zd,
+        out.to(z_ptr.dtype.element_ty),
+        mask=mask_m[:, None] & mask_d[None, :],
+    )

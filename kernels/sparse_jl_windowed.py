@@ -30,6 +30,7 @@ with the tile as the tensor cores' register operand (design 11).
 The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and
 4 * nnz / 16 bytes per input column; the projection kernels only load them.
 """
+
 import triton
 import triton.language as tl
 
@@ -58,9 +59,20 @@ def _with_mask(word, slope, intercept, T: tl.constexpr):
 
 
 @triton.jit
-def window_table_kernel(words_ptr, rotations_ptr, group_base, groups, windows, key0, key1,
-                        NNZ: tl.constexpr, BANDS: tl.constexpr, DOMAIN_WINDOW: tl.constexpr,
-                        DOMAIN_GROUP: tl.constexpr, BLOCK: tl.constexpr):
+def window_table_kernel(
+    words_ptr,
+    rotations_ptr,
+    group_base,
+    groups,
+    windows,
+    key0,
+    key1,
+    NNZ: tl.constexpr,
+    BANDS: tl.constexpr,
+    DOMAIN_WINDOW: tl.constexpr,
+    DOMAIN_GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """words[c, t] for the groups*windows chunks of groups [group_base, group_base + groups), and
     rotations[g, b] = R_(group_base + g, b). Grid: cdiv(groups * windows, BLOCK)."""
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -162,8 +174,18 @@ def _slot_group(order_ptr, slot, last, SORTED: tl.constexpr):
 
 
 @triton.jit
-def _step_chunks(rotations_ptr, order_ptr, first_group, g_end, window, windows, band, BANDS: tl.constexpr,
-                 GROUPS: tl.constexpr, SORTED: tl.constexpr):
+def _step_chunks(
+    rotations_ptr,
+    order_ptr,
+    first_group,
+    g_end,
+    window,
+    windows,
+    band,
+    BANDS: tl.constexpr,
+    GROUPS: tl.constexpr,
+    SORTED: tl.constexpr,
+):
     """The table chunks at ``window`` in ``band`` of the groups at positions first_group ..
     first_group + GROUPS - 1 (the groups themselves, or with SORTED those the order table lists
     there; positions past g_end - 1 are clamped to it and masked by ``_step_columns``), one scalar
@@ -175,24 +197,27 @@ def _step_chunks(rotations_ptr, order_ptr, first_group, g_end, window, windows, 
     c2 = c0
     c3 = c0
     if GROUPS > 1:
-        c1 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group + 1, last, SORTED), window, windows,
-                           band, BANDS)
+        c1 = _window_chunk(
+            rotations_ptr, _slot_group(order_ptr, first_group + 1, last, SORTED), window, windows, band, BANDS
+        )
     if GROUPS > 2:
-        c2 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group + 2, last, SORTED), window, windows,
-                           band, BANDS)
+        c2 = _window_chunk(
+            rotations_ptr, _slot_group(order_ptr, first_group + 2, last, SORTED), window, windows, band, BANDS
+        )
     if GROUPS > 3:
-        c3 = _window_chunk(rotations_ptr, _slot_group(order_ptr, first_group + 3, last, SORTED), window, windows,
-                           band, BANDS)
+        c3 = _window_chunk(
+            rotations_ptr, _slot_group(order_ptr, first_group + 3, last, SORTED), window, windows, band, BANDS
+        )
     return c0, c1, c2, c3
 
 
 @triton.jit
-def _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d,
-                  GROUPS: tl.constexpr):
+def _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS: tl.constexpr):
     """The step's chunks side by side: their 16 * GROUPS local columns and which of them exist (in
     [0, d), position before g_end)."""
-    return _stacked_columns(c0, c1, c2, c3, tl.arange(0, WINDOW * GROUPS), first_group, g_end, windows, group_base,
-                            column_offset, d)
+    return _stacked_columns(
+        c0, c1, c2, c3, tl.arange(0, WINDOW * GROUPS), first_group, g_end, windows, group_base, column_offset, d
+    )
 
 
 @triton.jit
@@ -207,8 +232,7 @@ def _stacked_columns(c0, c1, c2, c3, lanes, first_group, g_end, windows, group_b
 
 
 @triton.jit
-def _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr,
-                GROUPS: tl.constexpr):
+def _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr, GROUPS: tl.constexpr):
     """The step's chunks' words in the blocks of ``band`` (``_band_words``), one [WIDTH] vector per group."""
     w0 = _band_words(words_ptr, c0, offs_q, band, NNZ, BLOCKS)
     w1 = w0
@@ -224,8 +248,18 @@ def _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ: tl.constexpr, BLOC
 
 
 @triton.jit
-def _stack_group(source, value, word, g: tl.constexpr, stacked, offs_q, band, NNZ: tl.constexpr,
-                 BLOCKS: tl.constexpr, TRANSPOSED: tl.constexpr):
+def _stack_group(
+    source,
+    value,
+    word,
+    g: tl.constexpr,
+    stacked,
+    offs_q,
+    band,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
+):
     """``source`` and ``value`` with group g's rows (columns when TRANSPOSED) taken from ``word``."""
     source_g, value_g = _signed_permutation(word, offs_q, band, NNZ, BLOCKS)
     if TRANSPOSED:
@@ -238,8 +272,18 @@ def _stack_group(source, value, word, g: tl.constexpr, stacked, offs_q, band, NN
 
 
 @triton.jit
-def _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr, GROUPS: tl.constexpr,
-                  TRANSPOSED: tl.constexpr):
+def _stacked_tile(
+    w0,
+    w1,
+    w2,
+    w3,
+    offs_q,
+    band,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    GROUPS: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
+):
     """The step's signed-permutation tiles stacked to match its columns ([16 * GROUPS, WIDTH], or
     its transpose), so one dot of depth (or width) 16 * GROUPS takes them all. Built with 2-D
     selects only: a 3-D reshape costs a shared-memory round trip (benchmarks/NOTES.md)."""
@@ -270,14 +314,37 @@ def _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.co
 @triton.jit
 def _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd):
     """X's columns ``cols`` of the tile's rows ([BLOCK_M, 16 * GROUPS], zeros where they do not exist)."""
-    return tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
-                   mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+    return tl.load(
+        x_ptr + offs_m[:, None] * stride_xm + cols[None, :] * stride_xd,
+        mask=mask_m[:, None] & mask_d[None, :],
+        other=0.0,
+    )
 
 
 @triton.jit
-def _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, first_group, g_end, windows, band, group_base, column_offset, d,
-                offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ: tl.constexpr, BLOCKS: tl.constexpr,
-                GROUPS: tl.constexpr):
+def _fetch_step(
+    x_ptr,
+    words_ptr,
+    c0,
+    c1,
+    c2,
+    c3,
+    first_group,
+    g_end,
+    windows,
+    band,
+    group_base,
+    column_offset,
+    d,
+    offs_m,
+    mask_m,
+    offs_q,
+    stride_xm,
+    stride_xd,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    GROUPS: tl.constexpr,
+):
     """The forward step's loads once its chunk indices are known: X's chunks and their words."""
     cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
     w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
@@ -285,68 +352,255 @@ def _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, first_group, g_end, windows, b
 
 
 @triton.jit
-def _stacked_chunks(x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
-                    column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
-                    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, GROUPS: tl.constexpr):
+def _stacked_chunks(
+    x_ptr,
+    words_ptr,
+    rotations_ptr,
+    first_group,
+    g_end,
+    window,
+    windows,
+    band,
+    group_base,
+    column_offset,
+    d,
+    offs_m,
+    mask_m,
+    offs_q,
+    stride_xm,
+    stride_xd,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    GROUPS: tl.constexpr,
+):
     """X's chunks at ``window`` in ``band`` of GROUPS groups and their stacked tile, in one go."""
-    c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS,
-                                  GROUPS, False)
-    x, w0, w1, w2, w3 = _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, first_group, g_end, windows, band,
-                                    group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ,
-                                    BLOCKS, GROUPS)
+    c0, c1, c2, c3 = _step_chunks(
+        rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS, GROUPS, False
+    )
+    x, w0, w1, w2, w3 = _fetch_step(
+        x_ptr,
+        words_ptr,
+        c0,
+        c1,
+        c2,
+        c3,
+        first_group,
+        g_end,
+        windows,
+        band,
+        group_base,
+        column_offset,
+        d,
+        offs_m,
+        mask_m,
+        offs_q,
+        stride_xm,
+        stride_xd,
+        NNZ,
+        BLOCKS,
+        GROUPS,
+    )
     return x, _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
 
 
 @triton.jit
-def _sum_steps_pipelined(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band,
-                         group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
-                         NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
-                         DOT_DTYPE: tl.constexpr, GROUPS: tl.constexpr):
+def _sum_steps_pipelined(
+    acc,
+    x_ptr,
+    words_ptr,
+    rotations_ptr,
+    first_group,
+    g_end,
+    window,
+    windows,
+    band,
+    group_base,
+    column_offset,
+    d,
+    offs_m,
+    mask_m,
+    offs_q,
+    stride_xm,
+    stride_xd,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    GROUPS: tl.constexpr,
+):
     """``_sum_steps`` with one dot per step, pipelined in registers: while step i's tile is built and
     its dot runs, step i + 1's chunks and words are in flight, and step i + 2's chunk indices (the
     rotations they wait on). Without it every step waits on its own dependent loads (rotation, then
     words and X) before any tile work (benchmarks/NOTES.md, design 8)."""
-    c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS,
-                                  GROUPS, False)
-    x, w0, w1, w2, w3 = _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, first_group, g_end, windows, band,
-                                    group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ,
-                                    BLOCKS, GROUPS)
-    c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows, band,
-                                  BANDS, GROUPS, False)
+    c0, c1, c2, c3 = _step_chunks(
+        rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS, GROUPS, False
+    )
+    x, w0, w1, w2, w3 = _fetch_step(
+        x_ptr,
+        words_ptr,
+        c0,
+        c1,
+        c2,
+        c3,
+        first_group,
+        g_end,
+        windows,
+        band,
+        group_base,
+        column_offset,
+        d,
+        offs_m,
+        mask_m,
+        offs_q,
+        stride_xm,
+        stride_xd,
+        NNZ,
+        BLOCKS,
+        GROUPS,
+    )
+    c0, c1, c2, c3 = _step_chunks(
+        rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
+    )
     for group in range(first_group, g_end, GROUPS):
         tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
-        x_next, w0, w1, w2, w3 = _fetch_step(x_ptr, words_ptr, c0, c1, c2, c3, group + GROUPS, g_end, windows, band,
-                                             group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm,
-                                             stride_xd, NNZ, BLOCKS, GROUPS)
-        c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, group + 2 * GROUPS, g_end, window, windows,
-                                      band, BANDS, GROUPS, False)
+        x_next, w0, w1, w2, w3 = _fetch_step(
+            x_ptr,
+            words_ptr,
+            c0,
+            c1,
+            c2,
+            c3,
+            group + GROUPS,
+            g_end,
+            windows,
+            band,
+            group_base,
+            column_offset,
+            d,
+            offs_m,
+            mask_m,
+            offs_q,
+            stride_xm,
+            stride_xd,
+            NNZ,
+            BLOCKS,
+            GROUPS,
+        )
+        c0, c1, c2, c3 = _step_chunks(
+            rotations_ptr, rotations_ptr, group + 2 * GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
+        )
         acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
         x = x_next
     return acc
 
 
 @triton.jit
-def _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band, group_base,
-               column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ: tl.constexpr,
-               BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-               GROUPS: tl.constexpr, UNROLL: tl.constexpr, PIPELINED: tl.constexpr):
+def _sum_steps(
+    acc,
+    x_ptr,
+    words_ptr,
+    rotations_ptr,
+    first_group,
+    g_end,
+    window,
+    windows,
+    band,
+    group_base,
+    column_offset,
+    d,
+    offs_m,
+    mask_m,
+    offs_q,
+    stride_xm,
+    stride_xd,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    GROUPS: tl.constexpr,
+    UNROLL: tl.constexpr,
+    PIPELINED: tl.constexpr,
+):
     """acc + the products of the chunks at ``window`` in ``band`` of groups [first_group, g_end),
     GROUPS groups per dot and UNROLL dots per step, whose loads are all issued first; or with
     PIPELINED (UNROLL 1) each step's loads issued a step ahead (``_sum_steps_pipelined``)."""
     if PIPELINED:
         tl.static_assert(UNROLL == 1)
-        acc = _sum_steps_pipelined(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window, windows, band,
-                                    group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ,
-                                    BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE, GROUPS)
+        acc = _sum_steps_pipelined(
+            acc,
+            x_ptr,
+            words_ptr,
+            rotations_ptr,
+            first_group,
+            g_end,
+            window,
+            windows,
+            band,
+            group_base,
+            column_offset,
+            d,
+            offs_m,
+            mask_m,
+            offs_q,
+            stride_xm,
+            stride_xd,
+            NNZ,
+            BLOCKS,
+            BANDS,
+            FP32_PASSES,
+            DOT_DTYPE,
+            GROUPS,
+        )
     else:
         for group in range(first_group, g_end, GROUPS * UNROLL):
-            x, tile = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group, g_end, window, windows, band,
-                                      group_base, column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd,
-                                      NNZ, BLOCKS, BANDS, GROUPS)
+            x, tile = _stacked_chunks(
+                x_ptr,
+                words_ptr,
+                rotations_ptr,
+                group,
+                g_end,
+                window,
+                windows,
+                band,
+                group_base,
+                column_offset,
+                d,
+                offs_m,
+                mask_m,
+                offs_q,
+                stride_xm,
+                stride_xd,
+                NNZ,
+                BLOCKS,
+                BANDS,
+                GROUPS,
+            )
             if UNROLL == 2:
-                x_next, tile_next = _stacked_chunks(x_ptr, words_ptr, rotations_ptr, group + GROUPS, g_end, window,
-                                                    windows, band, group_base, column_offset, d, offs_m, mask_m,
-                                                    offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS, GROUPS)
+                x_next, tile_next = _stacked_chunks(
+                    x_ptr,
+                    words_ptr,
+                    rotations_ptr,
+                    group + GROUPS,
+                    g_end,
+                    window,
+                    windows,
+                    band,
+                    group_base,
+                    column_offset,
+                    d,
+                    offs_m,
+                    mask_m,
+                    offs_q,
+                    stride_xm,
+                    stride_xd,
+                    NNZ,
+                    BLOCKS,
+                    BANDS,
+                    GROUPS,
+                )
             acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
             if UNROLL == 2:
                 acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
@@ -354,24 +608,66 @@ def _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, first_group, g_end, window,
 
 
 @triton.jit
-def _store_window(out_ptr, acc, offs_q, pid_s, offs_m, mask_m, window, windows, band, scale, stride_om, stride_ok,
-                  stride_split, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+def _store_window(
+    out_ptr,
+    acc,
+    offs_q,
+    pid_s,
+    offs_m,
+    mask_m,
+    window,
+    windows,
+    band,
+    scale,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
     """scale * acc into window a of this split's output, acc's column q = 16t + u being row u of the
     window in block band * BLOCKS + t (blocks that do not exist are not written)."""
     _, exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
-    tl.store(out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
-             + _window_columns(offs_q, window, windows, band, BLOCKS)[None, :] * stride_ok,
-             (acc * scale).to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & exists[None, :])
+    tl.store(
+        out_ptr
+        + pid_s.to(tl.int64) * stride_split
+        + offs_m[:, None] * stride_om
+        + _window_columns(offs_q, window, windows, band, BLOCKS)[None, :] * stride_ok,
+        (acc * scale).to(out_ptr.dtype.element_ty),
+        mask=mask_m[:, None] & exists[None, :],
+    )
 
 
 @triton.jit
 def sparse_jl_windowed_forward_kernel(
-    x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
-    groups_per_split, windows, scale,
-    stride_xm, stride_xd, stride_om, stride_ok, stride_split,
-    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
-    UNROLL: tl.constexpr, PROMOTE_EVERY: tl.constexpr, PIPELINED: tl.constexpr,
+    x_ptr,
+    words_ptr,
+    rotations_ptr,
+    out_ptr,
+    n,
+    d,
+    column_offset,
+    group_base,
+    groups,
+    groups_per_split,
+    windows,
+    scale,
+    stride_xm,
+    stride_xd,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    WIDTH: tl.constexpr,
+    GROUPS: tl.constexpr,
+    UNROLL: tl.constexpr,
+    PROMOTE_EVERY: tl.constexpr,
+    PIPELINED: tl.constexpr,
 ):
     """out[split, m, window a of every block of one band] for this split's groups. Grid:
     (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
@@ -391,33 +687,118 @@ def sparse_jl_windowed_forward_kernel(
     g_begin = pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, groups)
     if PROMOTE_EVERY == 0:
-        acc = _sum_steps(acc, x_ptr, words_ptr, rotations_ptr, g_begin, g_end, window, windows, band, group_base,
-                         column_offset, d, offs_m, mask_m, offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS,
-                         FP32_PASSES, DOT_DTYPE, GROUPS, UNROLL, PIPELINED)
+        acc = _sum_steps(
+            acc,
+            x_ptr,
+            words_ptr,
+            rotations_ptr,
+            g_begin,
+            g_end,
+            window,
+            windows,
+            band,
+            group_base,
+            column_offset,
+            d,
+            offs_m,
+            mask_m,
+            offs_q,
+            stride_xm,
+            stride_xd,
+            NNZ,
+            BLOCKS,
+            BANDS,
+            FP32_PASSES,
+            DOT_DTYPE,
+            GROUPS,
+            UNROLL,
+            PIPELINED,
+        )
     else:
         for first in range(g_begin, g_end, GROUPS * UNROLL * PROMOTE_EVERY):
             run_end = tl.minimum(first + GROUPS * UNROLL * PROMOTE_EVERY, g_end)
-            acc += _sum_steps(tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32), x_ptr, words_ptr, rotations_ptr,
-                              first, run_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m,
-                              offs_q, stride_xm, stride_xd, NNZ, BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE,
-                              GROUPS, UNROLL, PIPELINED)
-    _store_window(out_ptr, acc, offs_q, pid_s, offs_m, mask_m, window, windows, band, scale, stride_om, stride_ok,
-                  stride_split, NNZ, BLOCKS)
+            acc += _sum_steps(
+                tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32),
+                x_ptr,
+                words_ptr,
+                rotations_ptr,
+                first,
+                run_end,
+                window,
+                windows,
+                band,
+                group_base,
+                column_offset,
+                d,
+                offs_m,
+                mask_m,
+                offs_q,
+                stride_xm,
+                stride_xd,
+                NNZ,
+                BLOCKS,
+                BANDS,
+                FP32_PASSES,
+                DOT_DTYPE,
+                GROUPS,
+                UNROLL,
+                PIPELINED,
+            )
+    _store_window(
+        out_ptr,
+        acc,
+        offs_q,
+        pid_s,
+        offs_m,
+        mask_m,
+        window,
+        windows,
+        band,
+        scale,
+        stride_om,
+        stride_ok,
+        stride_split,
+        NNZ,
+        BLOCKS,
+    )
 
 
 @triton.jit
-def _shuffle_fetch(x_ptr, words_ptr, chunk, position, g_end, windows, band, group_base, column_offset, d, offs_m,
-                   mask_m, lanes, stride_xm, stride_xd, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+def _shuffle_fetch(
+    x_ptr,
+    words_ptr,
+    chunk,
+    position,
+    g_end,
+    windows,
+    band,
+    group_base,
+    column_offset,
+    d,
+    offs_m,
+    mask_m,
+    lanes,
+    stride_xm,
+    stride_xd,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
     """X's chunk ``chunk`` in column order ([BLOCK_M, 16]; zeros past g_end and outside [0, d)) and
     its words in the blocks of ``band`` (0 for blocks that do not exist), one scalar per block."""
-    cols, mask_c = _step_columns(chunk, chunk, chunk, chunk, position, g_end, windows, group_base, column_offset, d,
-                                 1)
+    cols, mask_c = _step_columns(chunk, chunk, chunk, chunk, position, g_end, windows, group_base, column_offset, d, 1)
     x = _load_chunks(x_ptr, cols, mask_c, offs_m, mask_m, stride_xm, stride_xd)
     base = words_ptr + chunk * NNZ + band * BLOCKS
-    return (x, _block_word(base, 0, band, NNZ, BLOCKS), _block_word(base, 1, band, NNZ, BLOCKS),
-            _block_word(base, 2, band, NNZ, BLOCKS), _block_word(base, 3, band, NNZ, BLOCKS),
-            _block_word(base, 4, band, NNZ, BLOCKS), _block_word(base, 5, band, NNZ, BLOCKS),
-            _block_word(base, 6, band, NNZ, BLOCKS), _block_word(base, 7, band, NNZ, BLOCKS))
+    return (
+        x,
+        _block_word(base, 0, band, NNZ, BLOCKS),
+        _block_word(base, 1, band, NNZ, BLOCKS),
+        _block_word(base, 2, band, NNZ, BLOCKS),
+        _block_word(base, 3, band, NNZ, BLOCKS),
+        _block_word(base, 4, band, NNZ, BLOCKS),
+        _block_word(base, 5, band, NNZ, BLOCKS),
+        _block_word(base, 6, band, NNZ, BLOCKS),
+        _block_word(base, 7, band, NNZ, BLOCKS),
+    )
 
 
 @triton.jit
@@ -443,20 +824,68 @@ def _shuffle_term(acc, x, word, t: tl.constexpr, lanes, zeros_m, BLOCKS: tl.cons
 
 
 @triton.jit
-def _store_block(out_ptr, acc, t: tl.constexpr, pid_s, offs_m, mask_m, lanes, window, windows, band, scale,
-                 stride_om, stride_ok, stride_split, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+def _store_block(
+    out_ptr,
+    acc,
+    t: tl.constexpr,
+    pid_s,
+    offs_m,
+    mask_m,
+    lanes,
+    window,
+    windows,
+    band,
+    scale,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
     """Window a of block band * BLOCKS + t of this split's output, if the block exists."""
     if t < BLOCKS:  # the block's columns of a one-band accumulator
-        _store_window(out_ptr, acc, t * WINDOW + lanes, pid_s, offs_m, mask_m, window, windows, band, scale,
-                      stride_om, stride_ok, stride_split, NNZ, BLOCKS)
+        _store_window(
+            out_ptr,
+            acc,
+            t * WINDOW + lanes,
+            pid_s,
+            offs_m,
+            mask_m,
+            window,
+            windows,
+            band,
+            scale,
+            stride_om,
+            stride_ok,
+            stride_split,
+            NNZ,
+            BLOCKS,
+        )
 
 
 @triton.jit
 def sparse_jl_windowed_shuffle_forward_kernel(
-    x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
-    groups_per_split, windows, scale,
-    stride_xm, stride_xd, stride_om, stride_ok, stride_split,
-    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, BLOCK_M: tl.constexpr,
+    x_ptr,
+    words_ptr,
+    rotations_ptr,
+    out_ptr,
+    n,
+    d,
+    column_offset,
+    group_base,
+    groups,
+    groups_per_split,
+    windows,
+    scale,
+    stride_xm,
+    stride_xd,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
 ):
     """The forward's output as ``sparse_jl_windowed_forward_kernel`` writes it (same grid, same
     splits), on the CUDA cores. A block's signed-permutation tile only moves and signs a chunk's 16
@@ -483,14 +912,46 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     g_end = tl.minimum(g_begin + groups_per_split, groups)
     last = g_end - 1
     chunk = _window_chunk(rotations_ptr, g_begin, window, windows, band, BANDS)
-    x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(x_ptr, words_ptr, chunk, g_begin, g_end, windows, band,
-                                                       group_base, column_offset, d, offs_m, mask_m, lanes, stride_xm,
-                                                       stride_xd, NNZ, BLOCKS)
+    x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(
+        x_ptr,
+        words_ptr,
+        chunk,
+        g_begin,
+        g_end,
+        windows,
+        band,
+        group_base,
+        column_offset,
+        d,
+        offs_m,
+        mask_m,
+        lanes,
+        stride_xm,
+        stride_xd,
+        NNZ,
+        BLOCKS,
+    )
     chunk = _window_chunk(rotations_ptr, tl.minimum(g_begin + 1, last), window, windows, band, BANDS)
     for group in range(g_begin, g_end):
-        x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(x_ptr, words_ptr, chunk, group + 1, g_end, windows,
-                                                             band, group_base, column_offset, d, offs_m, mask_m,
-                                                             lanes, stride_xm, stride_xd, NNZ, BLOCKS)
+        x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(
+            x_ptr,
+            words_ptr,
+            chunk,
+            group + 1,
+            g_end,
+            windows,
+            band,
+            group_base,
+            column_offset,
+            d,
+            offs_m,
+            mask_m,
+            lanes,
+            stride_xm,
+            stride_xd,
+            NNZ,
+            BLOCKS,
+        )
         chunk = _window_chunk(rotations_ptr, tl.minimum(group + 2, last), window, windows, band, BANDS)
         a0 = _shuffle_term(a0, x, w0, 0, lanes, zeros_m, BLOCKS)
         a1 = _shuffle_term(a1, x, w1, 1, lanes, zeros_m, BLOCKS)
@@ -534,14 +995,31 @@ def _split_operand(y, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, TILE_L
 
 
 @triton.jit
-def _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, band, stride_ym, stride_yk, NNZ: tl.constexpr,
-                  BLOCKS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, TILE_LEFT: tl.constexpr):
+def _band_operand(
+    y_ptr,
+    offs_m,
+    mask_m,
+    offs_q,
+    window,
+    windows,
+    band,
+    stride_ym,
+    stride_yk,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    TILE_LEFT: tl.constexpr,
+):
     """y's columns of ``window`` in the blocks of ``band`` ([BLOCK_M, WIDTH], zeros for missing
     blocks), as dot operands (_split_operand)."""
     _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
     columns = _window_columns(offs_q, window, windows, band, BLOCKS)
-    y = tl.load(y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk,
-                mask=mask_m[:, None] & block_exists[None, :], other=0.0)
+    y = tl.load(
+        y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk,
+        mask=mask_m[:, None] & block_exists[None, :],
+        other=0.0,
+    )
     return _split_operand(y, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
 
 
@@ -578,43 +1056,108 @@ def _chunk_elements(offs_m, mask_m, cols, mask_d, TILE_LEFT: tl.constexpr):
 
 
 @triton.jit
-def _load_partial(partial_ptr, zeros, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm, stride_pd,
-                  TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr):
+def _load_partial(
+    partial_ptr,
+    zeros,
+    offs_m,
+    mask_m,
+    cols,
+    mask_d,
+    partial_col0,
+    stride_pm,
+    stride_pd,
+    TILE_LEFT: tl.constexpr,
+    ADD_PARTIAL: tl.constexpr,
+):
     """With ADD_PARTIAL, the earlier bands' float32 sums at the step's columns (else ``zeros``)."""
     partial = zeros
     if ADD_PARTIAL:
         rows, columns, mask = _chunk_elements(offs_m, mask_m, cols, mask_d, TILE_LEFT)
-        partial = tl.load(partial_ptr + rows * stride_pm + (columns - partial_col0) * stride_pd, mask=mask,
-                          other=0.0).to(tl.float32)
+        partial = tl.load(
+            partial_ptr + rows * stride_pm + (columns - partial_col0) * stride_pd, mask=mask, other=0.0
+        ).to(tl.float32)
     return partial
 
 
 @triton.jit
-def _store_chunks(out_ptr, partial_ptr, partial, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0, scale,
-                  stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr,
-                  PARTIAL_FIRST: tl.constexpr):
+def _store_chunks(
+    out_ptr,
+    partial_ptr,
+    partial,
+    z,
+    offs_m,
+    mask_m,
+    cols,
+    mask_d,
+    out_col0,
+    partial_col0,
+    scale,
+    stride_om,
+    stride_od,
+    stride_pm,
+    stride_pd,
+    TILE_LEFT: tl.constexpr,
+    ADD_PARTIAL: tl.constexpr,
+    PARTIAL_FIRST: tl.constexpr,
+):
     """out[m, cols] = (partial[m, cols] +) scale * z, z being [16 GROUPS, BLOCK_M] with TILE_LEFT; with
     PARTIAL_FIRST ``partial`` holds the partial sums, loaded by the caller before the step's tile and
     dot (``_load_partial``) so that their latency overlaps them, else they are loaded here."""
     z = z * scale
     if ADD_PARTIAL:
         if not PARTIAL_FIRST:
-            partial = _load_partial(partial_ptr, z, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm, stride_pd,
-                                    TILE_LEFT, True)
+            partial = _load_partial(
+                partial_ptr, z, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm, stride_pd, TILE_LEFT, True
+            )
         z += partial
     rows, columns, mask = _chunk_elements(offs_m, mask_m, cols, mask_d, TILE_LEFT)
-    tl.store(out_ptr + rows * stride_om + (columns - out_col0) * stride_od, z.to(out_ptr.dtype.element_ty),
-             mask=mask)
+    tl.store(out_ptr + rows * stride_om + (columns - out_col0) * stride_od, z.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, order_ptr, out_ptr, partial_ptr,
-                     first_group, g_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m, offs_q,
-                     out_col0, partial_col0, scale, stride_om, stride_od, stride_pm, stride_pd, NNZ: tl.constexpr,
-                     BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                     BLOCK_M: tl.constexpr, GROUPS: tl.constexpr, TILE_LEFT: tl.constexpr,
-                     ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr, PIPELINED: tl.constexpr,
-                     PARTIAL_FIRST: tl.constexpr):
+def _transpose_steps(
+    hi,
+    mid,
+    lo,
+    hi1,
+    mid1,
+    lo1,
+    words_ptr,
+    rotations_ptr,
+    order_ptr,
+    out_ptr,
+    partial_ptr,
+    first_group,
+    g_end,
+    window,
+    windows,
+    band,
+    group_base,
+    column_offset,
+    d,
+    offs_m,
+    mask_m,
+    offs_q,
+    out_col0,
+    partial_col0,
+    scale,
+    stride_om,
+    stride_od,
+    stride_pm,
+    stride_pd,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    GROUPS: tl.constexpr,
+    TILE_LEFT: tl.constexpr,
+    ADD_PARTIAL: tl.constexpr,
+    PAIRED: tl.constexpr,
+    PIPELINED: tl.constexpr,
+    PARTIAL_FIRST: tl.constexpr,
+):
     """Z's chunks at ``window`` in ``band`` of the groups at positions [first_group, g_end), GROUPS
     per step, from the loop-invariant y operands (hi, mid, lo). With PAIRED (band 0, positions in
     the order table's order, all sharing one shift) the same chunks' band-1 terms too, from
@@ -623,45 +1166,88 @@ def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, orde
     steps ahead, as in ``_sum_steps_pipelined``."""
     zeros = tl.zeros((WINDOW * GROUPS, BLOCK_M) if TILE_LEFT else (BLOCK_M, WINDOW * GROUPS), dtype=tl.float32)
     if PIPELINED:
-        c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first_group, g_end, window, windows, band, BANDS,
-                                      GROUPS, PAIRED)
-        cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d,
-                                     GROUPS)
+        c0, c1, c2, c3 = _step_chunks(
+            rotations_ptr, order_ptr, first_group, g_end, window, windows, band, BANDS, GROUPS, PAIRED
+        )
+        cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
         w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
         v0, v1, v2, v3 = w0, w1, w2, w3
         if PAIRED:
             v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
-        c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first_group + GROUPS, g_end, window, windows, band,
-                                      BANDS, GROUPS, PAIRED)
+        c0, c1, c2, c3 = _step_chunks(
+            rotations_ptr, order_ptr, first_group + GROUPS, g_end, window, windows, band, BANDS, GROUPS, PAIRED
+        )
         for first in range(first_group, g_end, GROUPS):
-            partial = _load_partial(partial_ptr, zeros, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm,
-                                    stride_pd, TILE_LEFT, ADD_PARTIAL and PARTIAL_FIRST)
+            partial = _load_partial(
+                partial_ptr,
+                zeros,
+                offs_m,
+                mask_m,
+                cols,
+                mask_d,
+                partial_col0,
+                stride_pm,
+                stride_pd,
+                TILE_LEFT,
+                ADD_PARTIAL and PARTIAL_FIRST,
+            )
             tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
             tile1 = tile
             if PAIRED:
                 tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, 1, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
-            next_cols, next_mask_d = _step_columns(c0, c1, c2, c3, first + GROUPS, g_end, windows, group_base,
-                                                   column_offset, d, GROUPS)
+            next_cols, next_mask_d = _step_columns(
+                c0, c1, c2, c3, first + GROUPS, g_end, windows, group_base, column_offset, d, GROUPS
+            )
             w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
             if PAIRED:
                 v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
-            c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first + 2 * GROUPS, g_end, window, windows, band,
-                                          BANDS, GROUPS, PAIRED)
+            c0, c1, c2, c3 = _step_chunks(
+                rotations_ptr, order_ptr, first + 2 * GROUPS, g_end, window, windows, band, BANDS, GROUPS, PAIRED
+            )
             z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
             if PAIRED:
                 z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
-            _store_chunks(out_ptr, partial_ptr, partial, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0,
-                          scale, stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL, PARTIAL_FIRST)
+            _store_chunks(
+                out_ptr,
+                partial_ptr,
+                partial,
+                z,
+                offs_m,
+                mask_m,
+                cols,
+                mask_d,
+                out_col0,
+                partial_col0,
+                scale,
+                stride_om,
+                stride_od,
+                stride_pm,
+                stride_pd,
+                TILE_LEFT,
+                ADD_PARTIAL,
+                PARTIAL_FIRST,
+            )
             cols = next_cols
             mask_d = next_mask_d
     else:
         for first in range(first_group, g_end, GROUPS):
-            c0, c1, c2, c3 = _step_chunks(rotations_ptr, order_ptr, first, g_end, window, windows, band, BANDS,
-                                          GROUPS, PAIRED)
-            cols, mask_d = _step_columns(c0, c1, c2, c3, first, g_end, windows, group_base, column_offset, d,
-                                         GROUPS)
-            partial = _load_partial(partial_ptr, zeros, offs_m, mask_m, cols, mask_d, partial_col0, stride_pm,
-                                    stride_pd, TILE_LEFT, ADD_PARTIAL and PARTIAL_FIRST)
+            c0, c1, c2, c3 = _step_chunks(
+                rotations_ptr, order_ptr, first, g_end, window, windows, band, BANDS, GROUPS, PAIRED
+            )
+            cols, mask_d = _step_columns(c0, c1, c2, c3, first, g_end, windows, group_base, column_offset, d, GROUPS)
+            partial = _load_partial(
+                partial_ptr,
+                zeros,
+                offs_m,
+                mask_m,
+                cols,
+                mask_d,
+                partial_col0,
+                stride_pm,
+                stride_pd,
+                TILE_LEFT,
+                ADD_PARTIAL and PARTIAL_FIRST,
+            )
             w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
             tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
             z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
@@ -669,18 +1255,67 @@ def _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, orde
                 v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
                 tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, 1, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
                 z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
-            _store_chunks(out_ptr, partial_ptr, partial, z, offs_m, mask_m, cols, mask_d, out_col0, partial_col0,
-                          scale, stride_om, stride_od, stride_pm, stride_pd, TILE_LEFT, ADD_PARTIAL, PARTIAL_FIRST)
+            _store_chunks(
+                out_ptr,
+                partial_ptr,
+                partial,
+                z,
+                offs_m,
+                mask_m,
+                cols,
+                mask_d,
+                out_col0,
+                partial_col0,
+                scale,
+                stride_om,
+                stride_od,
+                stride_pm,
+                stride_pd,
+                TILE_LEFT,
+                ADD_PARTIAL,
+                PARTIAL_FIRST,
+            )
 
 
 @triton.jit
 def sparse_jl_windowed_transpose_kernel(
-    y_ptr, words_ptr, rotations_ptr, order_ptr, starts_ptr, out_ptr, partial_ptr, n, d, column_offset,
-    group_base, g_first, g_last, groups_per_split, windows, band, out_col0, partial_col0, scale,
-    stride_ym, stride_yk, stride_om, stride_od, stride_pm, stride_pd,
-    NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr, FP32_PASSES: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, GROUPS: tl.constexpr,
-    TILE_LEFT: tl.constexpr, ADD_PARTIAL: tl.constexpr, PAIRED: tl.constexpr, PIPELINED: tl.constexpr,
+    y_ptr,
+    words_ptr,
+    rotations_ptr,
+    order_ptr,
+    starts_ptr,
+    out_ptr,
+    partial_ptr,
+    n,
+    d,
+    column_offset,
+    group_base,
+    g_first,
+    g_last,
+    groups_per_split,
+    windows,
+    band,
+    out_col0,
+    partial_col0,
+    scale,
+    stride_ym,
+    stride_yk,
+    stride_om,
+    stride_od,
+    stride_pm,
+    stride_pd,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    WIDTH: tl.constexpr,
+    GROUPS: tl.constexpr,
+    TILE_LEFT: tl.constexpr,
+    ADD_PARTIAL: tl.constexpr,
+    PAIRED: tl.constexpr,
+    PIPELINED: tl.constexpr,
     PARTIAL_FIRST: tl.constexpr,
 ):
     """Z = Y S for the chunks that land in window a, GROUPS groups' chunks per dot. Grid:
@@ -705,24 +1340,142 @@ def sparse_jl_windowed_transpose_kernel(
     g_begin = g_first + pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, g_last)
     if PAIRED:
-        hi, mid, lo = _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, 0, stride_ym, stride_yk, NNZ,
-                                    BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
+        hi, mid, lo = _band_operand(
+            y_ptr,
+            offs_m,
+            mask_m,
+            offs_q,
+            window,
+            windows,
+            0,
+            stride_ym,
+            stride_yk,
+            NNZ,
+            BLOCKS,
+            FP32_PASSES,
+            DOT_DTYPE,
+            TILE_LEFT,
+        )
         for delta in range(0, windows):
             run_begin = tl.maximum(g_begin, tl.load(starts_ptr + delta))
             run_end = tl.minimum(g_end, tl.load(starts_ptr + delta + 1))
             if run_begin < run_end:
-                hi1, mid1, lo1 = _band_operand(y_ptr, offs_m, mask_m, offs_q, (window + delta) % windows, windows, 1,
-                                               stride_ym, stride_yk, NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
-                _transpose_steps(hi, mid, lo, hi1, mid1, lo1, words_ptr, rotations_ptr, order_ptr, out_ptr,
-                                 partial_ptr, run_begin, run_end, window, windows, 0, group_base, column_offset, d,
-                                 offs_m, mask_m, offs_q, out_col0, partial_col0, scale, stride_om, stride_od,
-                                 stride_pm, stride_pd, NNZ, BLOCKS, BANDS, FP32_PASSES, DOT_DTYPE, BLOCK_M, GROUPS,
-                                 TILE_LEFT, False, True, PIPELINED, False)
+                hi1, mid1, lo1 = _band_operand(
+                    y_ptr,
+                    offs_m,
+                    mask_m,
+                    offs_q,
+                    (window + delta) % windows,
+                    windows,
+                    1,
+                    stride_ym,
+                    stride_yk,
+                    NNZ,
+                    BLOCKS,
+                    FP32_PASSES,
+                    DOT_DTYPE,
+                    TILE_LEFT,
+                )
+                _transpose_steps(
+                    hi,
+                    mid,
+                    lo,
+                    hi1,
+                    mid1,
+                    lo1,
+                    words_ptr,
+                    rotations_ptr,
+                    order_ptr,
+                    out_ptr,
+                    partial_ptr,
+                    run_begin,
+                    run_end,
+                    window,
+                    windows,
+                    0,
+                    group_base,
+                    column_offset,
+                    d,
+                    offs_m,
+                    mask_m,
+                    offs_q,
+                    out_col0,
+                    partial_col0,
+                    scale,
+                    stride_om,
+                    stride_od,
+                    stride_pm,
+                    stride_pd,
+                    NNZ,
+                    BLOCKS,
+                    BANDS,
+                    FP32_PASSES,
+                    DOT_DTYPE,
+                    BLOCK_M,
+                    GROUPS,
+                    TILE_LEFT,
+                    False,
+                    True,
+                    PIPELINED,
+                    False,
+                )
     else:
-        hi, mid, lo = _band_operand(y_ptr, offs_m, mask_m, offs_q, window, windows, band, stride_ym, stride_yk,
-                                    NNZ, BLOCKS, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
-        _transpose_steps(hi, mid, lo, hi, mid, lo, words_ptr, rotations_ptr, order_ptr, out_ptr, partial_ptr, g_begin,
-                         g_end, window, windows, band, group_base, column_offset, d, offs_m, mask_m, offs_q, out_col0,
-                         partial_col0, scale, stride_om, stride_od, stride_pm, stride_pd, NNZ, BLOCKS, BANDS,
-                         FP32_PASSES, DOT_DTYPE, BLOCK_M, GROUPS, TILE_LEFT, ADD_PARTIAL, False, PIPELINED,
-                         PARTIAL_FIRST)
+        hi, mid, lo = _band_operand(
+            y_ptr,
+            offs_m,
+            mask_m,
+            offs_q,
+            window,
+            windows,
+            band,
+            stride_ym,
+            stride_yk,
+            NNZ,
+            BLOCKS,
+            FP32_PASSES,
+            DOT_DTYPE,
+            TILE_LEFT,
+        )
+        _transpose_steps(
+            hi,
+            mid,
+            lo,
+            hi,
+            mid,
+            lo,
+            words_ptr,
+            rotations_ptr,
+            order_ptr,
+            out_ptr,
+            partial_ptr,
+            g_begin,
+            g_end,
+            window,
+            windows,
+            band,
+            group_base,
+            column_offset,
+            d,
+            offs_m,
+            mask_m,
+            offs_q,
+            out_col0,
+            partial_col0,
+            scale,
+            stride_om,
+            stride_od,
+            stride_pm,
+            stride_pd,
+            NNZ,
+            BLOCKS,
+            BANDS,
+            FP32_PASSES,
+            DOT_DTYPE,
+            BLOCK_M,
+            GROUPS,
+            TILE_LEFT,
+            ADD_PARTIAL,
+            False,
+            PIPELINED,
+            PARTIAL_FIRST,
+        )

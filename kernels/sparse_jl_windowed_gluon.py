@@ -18,6 +18,7 @@ column stride whose starts, row stride and column offset keep every chunk 16-byt
 kernels have no interpreter; CI compiles this one for sm_90 (tests/test_kernels_compile.py) and
 the GPU tests compare it with the Triton kernel and the reference.
 """
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -25,23 +26,44 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 # The layout-free steps are the Triton kernel's own (a Gluon kernel may call them): the same chunk
 # indices, words, signed permutations and output columns.
-from .sparse_jl_windowed import (WINDOW, _band_blocks, _signed_permutation, _stacked_columns, _step_chunks,
-                                 _step_words, _window_columns)
+from .sparse_jl_windowed import (
+    WINDOW,
+    _band_blocks,
+    _signed_permutation,
+    _stacked_columns,
+    _step_chunks,
+    _step_words,
+    _window_columns,
+)
 
 # Names that moved between the Triton releases sjlt supports (3.6 on the H100 image, 3.9 in CI).
 _barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
-_copy_to_shared = (async_copy.async_load if hasattr(async_copy, "async_load")
-                   else async_copy.async_copy_global_to_shared)
+_copy_to_shared = async_copy.async_load if hasattr(async_copy, "async_load") else async_copy.async_copy_global_to_shared
 
 
 @gluon.jit
-def _copy_step(buffer, x_ptr, c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, offs_n,
-               mask_n, lanes, stride_xm):
+def _copy_step(
+    buffer,
+    x_ptr,
+    c0,
+    c1,
+    c2,
+    c3,
+    first_group,
+    g_end,
+    windows,
+    group_base,
+    column_offset,
+    d,
+    offs_n,
+    mask_n,
+    lanes,
+    stride_xm,
+):
     """Start copying X's chunks of the step side by side into ``buffer`` ([BLOCK_N, 16 * GROUPS];
     zeros for rows past n, columns outside [0, d) and positions past g_end) as one copy group."""
     cols, exists = _stacked_columns(c0, c1, c2, c3, lanes, first_group, g_end, windows, group_base, column_offset, d)
-    _copy_to_shared(buffer, x_ptr + offs_n[:, None] * stride_xm + cols[None, :],
-                    mask=mask_n[:, None] & exists[None, :])
+    _copy_to_shared(buffer, x_ptr + offs_n[:, None] * stride_xm + cols[None, :], mask=mask_n[:, None] & exists[None, :])
     async_copy.commit_group()
 
 
@@ -55,30 +77,64 @@ def _tile(word, q, lane, band, NNZ: gl.constexpr, BLOCKS: gl.constexpr, DTYPE: g
 
 
 @gluon.jit
-def _multiply_step(acc, w0, w1, w2, w3, buffer, q, lane, band, NNZ: gl.constexpr, BLOCKS: gl.constexpr,
-                   GROUPS: gl.constexpr, DTYPE: gl.constexpr):
+def _multiply_step(
+    acc,
+    w0,
+    w1,
+    w2,
+    w3,
+    buffer,
+    q,
+    lane,
+    band,
+    NNZ: gl.constexpr,
+    BLOCKS: gl.constexpr,
+    GROUPS: gl.constexpr,
+    DTYPE: gl.constexpr,
+):
     """acc + the step's products: per group a depth-16 wgmma, issued while the next group's tile is
     built, then waited for (the buffer is refilled STAGES - 1 steps later)."""
     x_t = buffer.permute((1, 0))
     acc = warpgroup_mma(_tile(w0, q, lane, band, NNZ, BLOCKS, DTYPE), x_t.slice(0, WINDOW), acc, is_async=True)
     if GROUPS > 1:
-        acc = warpgroup_mma(_tile(w1, q, lane, band, NNZ, BLOCKS, DTYPE), x_t.slice(WINDOW, WINDOW), acc,
-                            is_async=True)
+        acc = warpgroup_mma(_tile(w1, q, lane, band, NNZ, BLOCKS, DTYPE), x_t.slice(WINDOW, WINDOW), acc, is_async=True)
     if GROUPS > 2:
-        acc = warpgroup_mma(_tile(w2, q, lane, band, NNZ, BLOCKS, DTYPE), x_t.slice(2 * WINDOW, WINDOW), acc,
-                            is_async=True)
+        acc = warpgroup_mma(
+            _tile(w2, q, lane, band, NNZ, BLOCKS, DTYPE), x_t.slice(2 * WINDOW, WINDOW), acc, is_async=True
+        )
     if GROUPS > 3:
-        acc = warpgroup_mma(_tile(w3, q, lane, band, NNZ, BLOCKS, DTYPE), x_t.slice(3 * WINDOW, WINDOW), acc,
-                            is_async=True)
+        acc = warpgroup_mma(
+            _tile(w3, q, lane, band, NNZ, BLOCKS, DTYPE), x_t.slice(3 * WINDOW, WINDOW), acc, is_async=True
+        )
     return warpgroup_mma_wait(0, deps=[acc])
 
 
 @gluon.jit
 def sparse_jl_windowed_gluon_forward_kernel(
-    x_ptr, words_ptr, rotations_ptr, out_ptr, n, d, column_offset, group_base, groups,
-    groups_per_split, windows, scale, stride_xm, stride_om, stride_ok, stride_split,
-    NNZ: gl.constexpr, BLOCKS: gl.constexpr, BANDS: gl.constexpr, BLOCK_N: gl.constexpr,
-    WIDTH: gl.constexpr, GROUPS: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
+    x_ptr,
+    words_ptr,
+    rotations_ptr,
+    out_ptr,
+    n,
+    d,
+    column_offset,
+    group_base,
+    groups,
+    groups_per_split,
+    windows,
+    scale,
+    stride_xm,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: gl.constexpr,
+    BLOCKS: gl.constexpr,
+    BANDS: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    WIDTH: gl.constexpr,
+    GROUPS: gl.constexpr,
+    STAGES: gl.constexpr,
+    WARPS: gl.constexpr,
 ):
     """out[split, rows, window a of every block of one band], as the Triton forward writes it (same
     grid, splits and output). BLOCK_N rows (the wgmma's N), split between WARPS // 4 warpgroups
@@ -87,18 +143,24 @@ def sparse_jl_windowed_gluon_forward_kernel(
     DTYPE: gl.constexpr = x_ptr.dtype.element_ty
     STEP_COLUMNS: gl.constexpr = WINDOW * GROUPS
     # WARPS // 4 warpgroups, each with BLOCK_N / (WARPS // 4) of the rows.
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
-                                                         instr_shape=[16, BLOCK_N // (WARPS // 4), 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, WARPS // 4], instr_shape=[16, BLOCK_N // (WARPS // 4), 16]
+    )
     tile_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     # Eight consecutive columns (16 bytes) per thread: one cp.async each.
-    copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8],
-                                                 threads_per_warp=[32 // (STEP_COLUMNS // 8), STEP_COLUMNS // 8],
-                                                 warps_per_cta=[WARPS, 1], order=[1, 0])
-    buffer_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * STEP_COLUMNS),
-                                                       element_bitwidth=16, rank=2)
+    copy_layout: gl.constexpr = gl.BlockedLayout(
+        size_per_thread=[1, 8],
+        threads_per_warp=[32 // (STEP_COLUMNS // 8), STEP_COLUMNS // 8],
+        warps_per_cta=[WARPS, 1],
+        order=[1, 0],
+    )
+    buffer_layout: gl.constexpr = gl.NVMMASharedLayout(
+        swizzle_byte_width=min(128, 2 * STEP_COLUMNS), element_bitwidth=16, rank=2
+    )
     # Eight consecutive output columns per thread for the store.
-    store_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[2, 16],
-                                                  warps_per_cta=[1, WARPS], order=[0, 1])
+    store_layout: gl.constexpr = gl.BlockedLayout(
+        size_per_thread=[8, 1], threads_per_warp=[2, 16], warps_per_cta=[1, WARPS], order=[0, 1]
+    )
 
     pid = gl.program_id(0)  # (row tile * A + a) * BANDS + band, as in the Triton forward
     tile_index = pid // BANDS
@@ -117,14 +179,42 @@ def sparse_jl_windowed_gluon_forward_kernel(
     g_begin = pid_s * groups_per_split
     g_end = gl.minimum(g_begin + groups_per_split, groups)
     for stage in gl.static_range(STAGES - 1):
-        c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, g_begin + stage * GROUPS, g_end, window, windows,
-                                      band, BANDS, GROUPS, False)
-        _copy_step(buffers.index(stage), x_ptr, c0, c1, c2, c3, g_begin + stage * GROUPS, g_end, windows,
-                   group_base, column_offset, d, offs_n, mask_n, lanes, stride_xm)
-    c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, g_begin + (STAGES - 1) * GROUPS, g_end, window,
-                                  windows, band, BANDS, GROUPS, False)
-    e0, e1, e2, e3 = _step_chunks(rotations_ptr, rotations_ptr, g_begin, g_end, window, windows, band, BANDS, GROUPS,
-                                  False)
+        c0, c1, c2, c3 = _step_chunks(
+            rotations_ptr, rotations_ptr, g_begin + stage * GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
+        )
+        _copy_step(
+            buffers.index(stage),
+            x_ptr,
+            c0,
+            c1,
+            c2,
+            c3,
+            g_begin + stage * GROUPS,
+            g_end,
+            windows,
+            group_base,
+            column_offset,
+            d,
+            offs_n,
+            mask_n,
+            lanes,
+            stride_xm,
+        )
+    c0, c1, c2, c3 = _step_chunks(
+        rotations_ptr,
+        rotations_ptr,
+        g_begin + (STAGES - 1) * GROUPS,
+        g_end,
+        window,
+        windows,
+        band,
+        BANDS,
+        GROUPS,
+        False,
+    )
+    e0, e1, e2, e3 = _step_chunks(
+        rotations_ptr, rotations_ptr, g_begin, g_end, window, windows, band, BANDS, GROUPS, False
+    )
     w0, w1, w2, w3 = _step_words(words_ptr, e0, e1, e2, e3, q, band, NNZ, BLOCKS, GROUPS)
     step = 0
     for first_group in range(g_begin, g_end, GROUPS):
@@ -133,17 +223,44 @@ def sparse_jl_windowed_gluon_forward_kernel(
         async_copy.wait_group(STAGES - 2)
         fence_async_shared()
         _barrier()
-        _copy_step(buffers.index((step + STAGES - 1) % STAGES), x_ptr, c0, c1, c2, c3,
-                   first_group + (STAGES - 1) * GROUPS, g_end, windows, group_base, column_offset, d, offs_n, mask_n,
-                   lanes, stride_xm)
-        c0, c1, c2, c3 = _step_chunks(rotations_ptr, rotations_ptr, first_group + STAGES * GROUPS, g_end, window,
-                                      windows, band, BANDS, GROUPS, False)
+        _copy_step(
+            buffers.index((step + STAGES - 1) % STAGES),
+            x_ptr,
+            c0,
+            c1,
+            c2,
+            c3,
+            first_group + (STAGES - 1) * GROUPS,
+            g_end,
+            windows,
+            group_base,
+            column_offset,
+            d,
+            offs_n,
+            mask_n,
+            lanes,
+            stride_xm,
+        )
+        c0, c1, c2, c3 = _step_chunks(
+            rotations_ptr,
+            rotations_ptr,
+            first_group + STAGES * GROUPS,
+            g_end,
+            window,
+            windows,
+            band,
+            BANDS,
+            GROUPS,
+            False,
+        )
         # The next step's words, in flight during this step's products.
-        e0, e1, e2, e3 = _step_chunks(rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows,
-                                      band, BANDS, GROUPS, False)
+        e0, e1, e2, e3 = _step_chunks(
+            rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
+        )
         v0, v1, v2, v3 = _step_words(words_ptr, e0, e1, e2, e3, q, band, NNZ, BLOCKS, GROUPS)
-        acc = _multiply_step(acc, w0, w1, w2, w3, buffers.index(step % STAGES), q, lane, band, NNZ, BLOCKS, GROUPS,
-                             DTYPE)
+        acc = _multiply_step(
+            acc, w0, w1, w2, w3, buffers.index(step % STAGES), q, lane, band, NNZ, BLOCKS, GROUPS, DTYPE
+        )
         w0, w1, w2, w3 = v0, v1, v2, v3
         step += 1
     async_copy.wait_group(0)
@@ -153,5 +270,8 @@ def sparse_jl_windowed_gluon_forward_kernel(
     rows = row0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
     _, exists = _band_blocks(q_out, band, NNZ, BLOCKS)
     cols = _window_columns(q_out, window, windows, band, BLOCKS)
-    gl.store(out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
-             out.to(out_ptr.dtype.element_ty), mask=exists[:, None] & (rows < n)[None, :])
+    gl.store(
+        out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
+        out.to(out_ptr.dtype.element_ty),
+        mask=exists[:, None] & (rows < n)[None, :],
+    )

@@ -7,6 +7,7 @@ The same seed gives the same projection matrix and the same dropout mask on ever
 imported on first use (PEP 562), so the command line starts without torch and ``import sjlt``
 never pulls in scikit-learn.
 """
+
 from __future__ import annotations
 
 from ._lazy import lazy_names

@@ -1,4 +1,5 @@
 """Which backend runs an op: the Triton kernels or the PyTorch reference."""
+
 from __future__ import annotations
 
 import functools
@@ -13,7 +14,7 @@ def triton_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def triton_available() -> bool:
     try:
         import triton  # noqa: F401
@@ -33,7 +34,7 @@ def use_triton(backend: str, tensor: torch.Tensor, *, supports_dtype: bool = Tru
     if backend == "torch":
         return False
     if backend == "auto":
-        return (tensor.device.type == "cuda" and supports_dtype and triton_available())
+        return tensor.device.type == "cuda" and supports_dtype and triton_available()
     # backend == "triton"
     if not triton_available():
         raise RuntimeError("backend='triton' needs the triton package; install it or use backend='auto'")
@@ -54,11 +55,11 @@ def dot_dtype(low_precision):
     return tl.float32 if triton_interpreting() else low_precision
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def multiprocessor_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device_capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)

@@ -3,6 +3,7 @@
 Tests replace :func:`empty` with a NaN-filled (or -1-filled) allocation: any element a kernel
 forgets to write then fails the comparison instead of passing by luck.
 """
+
 import torch
 
 

@@ -10,6 +10,7 @@ Offsets into the scratch buffers are uint64 on purpose: numba wraps negative int
 that check stopped LLVM from vectorizing the multiply-adds (measured 6x slower, NOTES.md).
 ``fastmath`` allows only contraction into FMA, so NaN and inf propagate as the spec says.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,16 +40,17 @@ def _tile_axpy(typingctx, target, target_offset, source, source_offset, weight):
         vector = ir.VectorType(element, TILE_ROWS)
         target_data = context.make_array(sig.args[0])(context, builder, target).data
         source_data = context.make_array(sig.args[2])(context, builder, source).data
-        target_pointer = builder.bitcast(builder.gep(target_data, [target_offset], inbounds=True),
-                                         vector.as_pointer())
-        source_pointer = builder.bitcast(builder.gep(source_data, [source_offset], inbounds=True),
-                                         vector.as_pointer())
+        target_pointer = builder.bitcast(builder.gep(target_data, [target_offset], inbounds=True), vector.as_pointer())
+        source_pointer = builder.bitcast(builder.gep(source_data, [source_offset], inbounds=True), vector.as_pointer())
         alignment = context.get_abi_sizeof(element)  # element-aligned: tiles start anywhere
         accumulated = builder.load(target_pointer, align=alignment)
         values = builder.load(source_pointer, align=alignment)
         lanes = builder.insert_element(ir.Constant(vector, ir.Undefined), weight, ir.Constant(ir.IntType(32), 0))
-        lanes = builder.shuffle_vector(lanes, ir.Constant(vector, ir.Undefined),
-                                       ir.Constant(ir.VectorType(ir.IntType(32), TILE_ROWS), [0] * TILE_ROWS))
+        lanes = builder.shuffle_vector(
+            lanes,
+            ir.Constant(vector, ir.Undefined),
+            ir.Constant(ir.VectorType(ir.IntType(32), TILE_ROWS), [0] * TILE_ROWS),
+        )
         name = f"llvm.fma.v{TILE_ROWS}{element.intrinsic_name}"
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
         builder.store(builder.call(fma, [values, lanes, accumulated]), target_pointer, align=alignment)
@@ -111,7 +113,7 @@ def forward_block(x, y, rows, weights, accumulate, x_t, y_t):
     stride = uint64(tile)
     for r0 in range(0, m, tile):
         used = min(tile, m - r0)
-        y_t[:k * tile] = 0
+        y_t[: k * tile] = 0
         if used < tile:
             x_t[:] = 0  # lanes past the last row stay finite; their outputs are never written
         for s0 in range(0, w, SHARD_COLUMNS):
@@ -158,10 +160,8 @@ def compile_check() -> None:
     rows = np.zeros((5, 1), dtype=np.int32)
     weights = np.ones((5, 1), dtype=np.float32)
     y = np.empty((3, 2), dtype=np.float32)
-    forward_block(x, y, rows, weights, False, np.empty(5 * TILE_ROWS, np.float32),
-                  np.empty(2 * TILE_ROWS, np.float32))
+    forward_block(x, y, rows, weights, False, np.empty(5 * TILE_ROWS, np.float32), np.empty(2 * TILE_ROWS, np.float32))
     z = np.empty((3, 5), dtype=np.float32)
-    transpose_block(y, z, rows, weights, np.empty(2 * TILE_ROWS, np.float32),
-                    np.empty(5 * TILE_ROWS, np.float32))
+    transpose_block(y, z, rows, weights, np.empty(2 * TILE_ROWS, np.float32), np.empty(5 * TILE_ROWS, np.float32))
     if not (np.all(y[:, 0] == 5) and np.all(y[:, 1] == 0) and np.all(z == 5)):
         raise RuntimeError("the numba kernels compiled but computed a wrong result")

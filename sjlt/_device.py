@@ -6,6 +6,7 @@ without importing torch (``sjlt --help`` must not pay for it); :func:`resolve_de
 torch and answers where the work goes, on the machine that calls it (a Dask task resolves
 ``"auto"`` on its own worker).
 """
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,10 @@ class DeviceUnavailable(RuntimeError):
     for callers that word the advice their own way (the command line names its flag)."""
 
     def __init__(self, device, reason: str):
-        super().__init__(f"device {str(device)!r} was asked for but {reason}; use 'cpu', or "
-                         f"'auto' to use a GPU only where there is one")
+        super().__init__(
+            f"device {str(device)!r} was asked for but {reason}; use 'cpu', or "
+            f"'auto' to use a GPU only where there is one"
+        )
         self.reason = reason
 
 
@@ -32,8 +35,9 @@ def check_device(device):
             return device
     elif getattr(device, "type", None) in ("cpu", "cuda") and type(device).__name__ == "device":
         return device  # a torch.device (not imported here: torch may not be loaded)
-    raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device of type "
-                     f"cpu or cuda, got {device!r}")
+    raise ValueError(
+        f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device of type cpu or cuda, got {device!r}"
+    )
 
 
 def resolve_device(device, *, gpu_worthwhile: bool = True):
@@ -52,10 +56,10 @@ def resolve_device(device, *, gpu_worthwhile: bool = True):
     resolved = torch.device(device)
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceUnavailable(device, f"torch.cuda.is_available() is False (torch "
-                                            f"{torch.__version__} sees no CUDA GPU)")
+            raise DeviceUnavailable(
+                device, f"torch.cuda.is_available() is False (torch {torch.__version__} sees no CUDA GPU)"
+            )
         count = torch.cuda.device_count()
         if resolved.index is not None and resolved.index >= count:
-            raise DeviceUnavailable(device, f"torch sees {count} CUDA GPU(s), cuda:0 to "
-                                            f"cuda:{count - 1}")
+            raise DeviceUnavailable(device, f"torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
     return resolved

@@ -1,4 +1,5 @@
 """The dtypes of :data:`sjlt.spec.FLOAT_DTYPES` as torch dtypes (spec stays free of torch)."""
+
 from __future__ import annotations
 
 import torch

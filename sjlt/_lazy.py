@@ -1,4 +1,5 @@
 """Lazy public names for a package (PEP 562): imported from their submodule on first use."""
+
 from __future__ import annotations
 
 import importlib

@@ -4,6 +4,7 @@ One probe for the whole package: :func:`sparse_jl` refuses an output no device c
 (:func:`check_output_fits`), and the command line compares a batch plan with what is free now.
 torch is imported only for a GPU, so the command line can ask about RAM before importing it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,9 +20,9 @@ class OutputTooLarge(MemoryError, ValueError):
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    where: str                # "RAM" or "GPU cuda:0 memory", for messages
-    available: int | None     # bytes that can be allocated now; None: unknown
-    total: int | None         # bytes the device holds at most
+    where: str  # "RAM" or "GPU cuda:0 memory", for messages
+    available: int | None  # bytes that can be allocated now; None: unknown
+    total: int | None  # bytes the device holds at most
 
 
 def format_bytes(count: float) -> str:
@@ -75,7 +76,7 @@ def device_memory(device) -> DeviceMemory:
     return DeviceMemory(f"{device} memory", None, None)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _total_memory(device) -> DeviceMemory:
     """The device's size never changes: probed once per device, so the check costs nothing."""
     return device_memory(device)
@@ -98,4 +99,5 @@ def check_output_fits(x, features: int, name: str) -> None:
         raise OutputTooLarge(
             f"{name}={features:,} asks for an output of {rows:,} x {features:,} {x.dtype} "
             f"({format_bytes(needed)}), more than the {format_bytes(memory.total)} of "
-            f"{memory.where} on {x.device}; use a smaller {name}, or pass fewer rows at a time")
+            f"{memory.where} on {x.device}; use a smaller {name}, or pass fewer rows at a time"
+        )

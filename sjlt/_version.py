@@ -1,2 +1,3 @@
 """The package version, defined once: pyproject.toml reads it from here (setuptools dynamic)."""
+
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@
 Every projection here is ``sjlt.functional.sparse_jl`` of the concatenated gradient: blocks sum to
 the whole because S is a pure function of (seed, column index).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,14 @@ try:  # optional: with traker installed, TRAKer and isinstance checks see a TRAK
 except ImportError:
     _ProjectorBase = object
 
-__all__ = ["SJLTProjector", "model_seed", "per_example_gradients", "project_per_example_gradients",
-           "project_gradient_blocks", "SJLTProjection"]
+__all__ = [
+    "SJLTProjector",
+    "model_seed",
+    "per_example_gradients",
+    "project_per_example_gradients",
+    "project_gradient_blocks",
+    "SJLTProjection",
+]
 
 #: Names a projector accepts for ``proj_type``. The matrix is sjlt's sparse JL matrix whatever the
 #: name: TRAK's "rademacher" and "normal" are accepted so configurations written for TRAK's
@@ -59,27 +66,39 @@ def model_seed(seed: int, model_id: int) -> int:
 # Projecting column blocks of a virtual (batch, total columns) matrix
 # ------------------------------------------------------------------------------------------------
 
+
 def _gradient_matrix(name: str, tensor, rows: int | None) -> torch.Tensor:
     """``tensor`` (batch, ...) as a (batch, numel) view, after checking it is a real float tensor
     with ``rows`` examples (None: any)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"gradient {name!r} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dtype not in TORCH_FLOAT_DTYPES:
-        raise TypeError(f"gradient {name!r} has dtype {tensor.dtype}; per-example gradients must be "
-                        f"floating point ({_FLOAT_NAMES}): pass the gradients themselves, or convert "
-                        f"them with .float()")
+        raise TypeError(
+            f"gradient {name!r} has dtype {tensor.dtype}; per-example gradients must be "
+            f"floating point ({_FLOAT_NAMES}): pass the gradients themselves, or convert "
+            f"them with .float()"
+        )
     if tensor.dim() == 0:
         raise ValueError(f"gradient {name!r} is 0-d; give it a leading batch dimension (batch, ...)")
     if rows is not None and tensor.shape[0] != rows:
-        raise ValueError(f"gradient {name!r} holds {tensor.shape[0]} examples but the first gradient "
-                         f"holds {rows}; every per-parameter gradient must have the same batch size "
-                         f"in its first dimension")
+        raise ValueError(
+            f"gradient {name!r} holds {tensor.shape[0]} examples but the first gradient "
+            f"holds {rows}; every per-parameter gradient must have the same batch size "
+            f"in its first dimension"
+        )
     return tensor.reshape(tensor.shape[0], -1) if tensor.dim() != 2 else tensor
 
 
-def project_gradient_blocks(blocks: Iterable[tuple[int, torch.Tensor]], out_features: int, *, seed: int,
-                            nnz: int | None = None, column_offset: int = 0, device=None,
-                            backend: str = "auto") -> torch.Tensor:
+def project_gradient_blocks(
+    blocks: Iterable[tuple[int, torch.Tensor]],
+    out_features: int,
+    *,
+    seed: int,
+    nnz: int | None = None,
+    column_offset: int = 0,
+    device=None,
+    backend: str = "auto",
+) -> torch.Tensor:
     """Sum of ``sparse_jl(block, out_features, seed=seed, column_offset=column_offset + first)``
     over ``blocks``, pairs (first column, (batch, ...) tensor) of a virtual (batch, columns) matrix.
 
@@ -94,10 +113,12 @@ def project_gradient_blocks(blocks: Iterable[tuple[int, torch.Tensor]], out_feat
         if out is None:
             rows = matrix.shape[0]
             device = torch.device(device) if device is not None else matrix.device
-            out = torch.zeros(rows, spec.check_dimension(out_features, "out_features"),
-                              dtype=torch.float32, device=device)
-        out += F.sparse_jl(matrix.to(device), out_features, seed=seed, nnz=nnz,
-                           column_offset=column_offset + first, backend=backend)
+            out = torch.zeros(
+                rows, spec.check_dimension(out_features, "out_features"), dtype=torch.float32, device=device
+            )
+        out += F.sparse_jl(
+            matrix.to(device), out_features, seed=seed, nnz=nnz, column_offset=column_offset + first, backend=backend
+        )
         del block, matrix  # before the stream computes the next block
     if out is None:
         raise ValueError("there are no gradient blocks to project; pass at least one (first column, tensor)")
@@ -108,12 +129,15 @@ def project_gradient_blocks(blocks: Iterable[tuple[int, torch.Tensor]], out_feat
 # TRAK's projector contract
 # ------------------------------------------------------------------------------------------------
 
+
 def _check_proj_type(proj_type) -> None:
     name = getattr(proj_type, "value", proj_type)  # TRAK's and dattri's ProjectionType are str enums
     if not isinstance(name, str) or name not in PROJ_TYPES:
-        raise ValueError(f"proj_type must be one of {', '.join(map(repr, PROJ_TYPES))} (or TRAK's "
-                         f"ProjectionType of those), got {proj_type!r}; sjlt projects with its sparse JL "
-                         f"matrix, so pass proj_type='sjlt'")
+        raise ValueError(
+            f"proj_type must be one of {', '.join(map(repr, PROJ_TYPES))} (or TRAK's "
+            f"ProjectionType of those), got {proj_type!r}; sjlt projects with its sparse JL "
+            f"matrix, so pass proj_type='sjlt'"
+        )
 
 
 class SJLTProjector(_ProjectorBase):
@@ -140,9 +164,21 @@ class SJLTProjector(_ProjectorBase):
     The projector holds no matrix: ``free_memory`` has nothing to free.
     """
 
-    def __init__(self, grad_dim: int, proj_dim: int, seed: int = 0, proj_type="sjlt", device=None, *,
-                 nnz: int | None = None, dtype: torch.dtype = torch.float32, preserve_norm: bool = False,
-                 column_offset: int = 0, max_batch_size: int | None = None, backend: str = "auto"):
+    def __init__(
+        self,
+        grad_dim: int,
+        proj_dim: int,
+        seed: int = 0,
+        proj_type="sjlt",
+        device=None,
+        *,
+        nnz: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        preserve_norm: bool = False,
+        column_offset: int = 0,
+        max_batch_size: int | None = None,
+        backend: str = "auto",
+    ):
         # TRAK's AbstractProjector.__init__ only stores the five attributes set here.
         self.grad_dim = spec.check_dimension(grad_dim, "grad_dim")
         self.proj_dim = spec.check_dimension(proj_dim, "proj_dim")
@@ -164,8 +200,15 @@ class SJLTProjector(_ProjectorBase):
         per-parameter gradients, with model ``model_id``'s matrix."""
         seed = model_seed(self.seed, model_id)
         blocks = self._blocks(grads)
-        out = project_gradient_blocks(blocks, self.proj_dim, seed=seed, nnz=self.nnz, column_offset=self.column_offset,
-                                      device=self.device, backend=self.backend)
+        out = project_gradient_blocks(
+            blocks,
+            self.proj_dim,
+            seed=seed,
+            nnz=self.nnz,
+            column_offset=self.column_offset,
+            device=self.device,
+            backend=self.backend,
+        )
         if not self.preserve_norm:
             out *= math.sqrt(self.proj_dim)
         return out.to(self.dtype)
@@ -177,8 +220,9 @@ class SJLTProjector(_ProjectorBase):
         """(first column, (batch, numel) gradient) pairs, checked in full before any projection."""
         if isinstance(grads, Mapping):
             if not grads:
-                raise ValueError("grads is an empty dict; pass per-parameter gradients (batch, ...) "
-                                 "or a (batch, grad_dim) tensor")
+                raise ValueError(
+                    "grads is an empty dict; pass per-parameter gradients (batch, ...) or a (batch, grad_dim) tensor"
+                )
             blocks, first, rows = [], 0, None
             for name, tensor in grads.items():
                 matrix = _gradient_matrix(str(name), tensor, rows)
@@ -188,27 +232,36 @@ class SJLTProjector(_ProjectorBase):
             what = f"the dict's gradients hold {first} entries per example"
         elif isinstance(grads, torch.Tensor):
             if grads.dim() != 2:
-                raise ValueError(f"grads must be a (batch, grad_dim) tensor or a dict of per-parameter "
-                                 f"gradients, got a tensor of shape {tuple(grads.shape)}")
+                raise ValueError(
+                    f"grads must be a (batch, grad_dim) tensor or a dict of per-parameter "
+                    f"gradients, got a tensor of shape {tuple(grads.shape)}"
+                )
             blocks, first = [(0, _gradient_matrix("grads", grads, None))], grads.shape[1]
             what = f"grads has {first} columns"
         else:
-            raise TypeError(f"grads must be a (batch, grad_dim) tensor or a dict of per-parameter "
-                            f"gradients, got {type(grads).__name__}")
+            raise TypeError(
+                f"grads must be a (batch, grad_dim) tensor or a dict of per-parameter "
+                f"gradients, got {type(grads).__name__}"
+            )
         if first != self.grad_dim:
-            raise ValueError(f"{what}, but this projector was built for grad_dim={self.grad_dim}; build it "
-                             f"with grad_dim = the number of parameters whose gradients you project (with "
-                             f"TRAKer's grad_wrt, only those parameters)")
+            raise ValueError(
+                f"{what}, but this projector was built for grad_dim={self.grad_dim}; build it "
+                f"with grad_dim = the number of parameters whose gradients you project (with "
+                f"TRAKer's grad_wrt, only those parameters)"
+            )
         return blocks
 
     def __repr__(self) -> str:
-        return (f"SJLTProjector(grad_dim={self.grad_dim}, proj_dim={self.proj_dim}, seed={self.seed}, "
-                f"nnz={self.nnz}, dtype={self.dtype}, preserve_norm={self.preserve_norm})")
+        return (
+            f"SJLTProjector(grad_dim={self.grad_dim}, proj_dim={self.proj_dim}, seed={self.seed}, "
+            f"nnz={self.nnz}, dtype={self.dtype}, preserve_norm={self.preserve_norm})"
+        )
 
 
 # ------------------------------------------------------------------------------------------------
 # Per-example gradients, a bounded group of parameters at a time
 # ------------------------------------------------------------------------------------------------
+
 
 class _LossOf(torch.nn.Module):
     """``loss_fn(model, example)`` as a module whose parameters are the model's (under the prefix
@@ -224,9 +277,11 @@ class _LossOf(torch.nn.Module):
         loss = self.loss_fn(self.model, example)
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             got = f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
-            raise ValueError(f"loss_fn(model, example) must return a scalar (0-d) tensor for one example, "
-                             f"got {got}; the example has no batch dimension (add one with x[None] if the "
-                             f"model needs it, and reduce the loss with .sum() or [0])")
+            raise ValueError(
+                f"loss_fn(model, example) must return a scalar (0-d) tensor for one example, "
+                f"got {got}; the example has no batch dimension (add one with x[None] if the "
+                f"model needs it, and reduce the loss with .sum() or [0])"
+            )
         return loss
 
 
@@ -245,12 +300,16 @@ def _batch_size(batch) -> int:
 
     collect(batch)
     if not leaves:
-        raise ValueError("batch holds no tensor; pass a tensor, or a tuple, list or dict of tensors "
-                         "whose first dimension is the batch")
+        raise ValueError(
+            "batch holds no tensor; pass a tensor, or a tuple, list or dict of tensors "
+            "whose first dimension is the batch"
+        )
     sizes = {leaf.shape[0] if leaf.dim() else None for leaf in leaves}
     if len(sizes) != 1 or None in sizes:
-        raise ValueError(f"every tensor of batch must have the same first (batch) dimension, got sizes "
-                         f"{sorted(str(s) for s in sizes)}")
+        raise ValueError(
+            f"every tensor of batch must have the same first (batch) dimension, got sizes "
+            f"{sorted(str(s) for s in sizes)}"
+        )
     return sizes.pop()
 
 
@@ -273,13 +332,16 @@ def _selected_parameters(model: torch.nn.Module, parameters, include_frozen: boo
         names = [parameters] if isinstance(parameters, str) else list(parameters)
         unknown = [name for name in names if name not in everything]
         if unknown:
-            raise ValueError(f"parameters {unknown} are not among the model's named_parameters(), which "
-                             f"start {list(everything)[:4]}")
+            raise ValueError(
+                f"parameters {unknown} are not among the model's named_parameters(), which start {list(everything)[:4]}"
+            )
         wanted = set(names)
         chosen = {name: p for name, p in everything.items() if name in wanted}
     if not chosen:
-        raise ValueError("no parameter to differentiate: every parameter has requires_grad=False; pass "
-                         "include_frozen=True, or name the parameters with parameters=[...]")
+        raise ValueError(
+            "no parameter to differentiate: every parameter has requires_grad=False; pass "
+            "include_frozen=True, or name the parameters with parameters=[...]"
+        )
     return chosen
 
 
@@ -298,9 +360,15 @@ def _parameter_groups(params: dict[str, torch.Tensor], max_numel: int) -> list[l
     return groups
 
 
-def per_example_gradients(model: torch.nn.Module, loss_fn, batch, *, parameters=None,
-                          include_frozen: bool = False,
-                          max_gradient_bytes: int = 1 << 30) -> Iterator[tuple[str, int, torch.Tensor]]:
+def per_example_gradients(
+    model: torch.nn.Module,
+    loss_fn,
+    batch,
+    *,
+    parameters=None,
+    include_frozen: bool = False,
+    max_gradient_bytes: int = 1 << 30,
+) -> Iterator[tuple[str, int, torch.Tensor]]:
     """Yields ``(name, column_offset, gradient)`` for every selected parameter: ``gradient`` is the
     (batch, numel) per-example gradient of ``loss_fn(model, example)`` and ``column_offset`` its
     first column in the flattened gradient of the selected parameters.
@@ -339,10 +407,21 @@ def per_example_gradients(model: torch.nn.Module, loss_fn, batch, *, parameters=
             del g
 
 
-def project_per_example_gradients(model: torch.nn.Module, loss_fn, batch, out_features: int, *, seed: int,
-                                  nnz: int | None = None, parameters=None, include_frozen: bool = False,
-                                  batch_chunk: int | None = None, max_gradient_bytes: int = 1 << 30,
-                                  column_offset: int = 0, backend: str = "auto") -> torch.Tensor:
+def project_per_example_gradients(
+    model: torch.nn.Module,
+    loss_fn,
+    batch,
+    out_features: int,
+    *,
+    seed: int,
+    nnz: int | None = None,
+    parameters=None,
+    include_frozen: bool = False,
+    batch_chunk: int | None = None,
+    max_gradient_bytes: int = 1 << 30,
+    column_offset: int = 0,
+    backend: str = "auto",
+) -> torch.Tensor:
     """(batch, out_features) float32: every example's loss gradient, flattened over the selected
     parameters in ``named_parameters()`` order, projected with sjlt's S of ``seed``.
 
@@ -361,11 +440,22 @@ def project_per_example_gradients(model: torch.nn.Module, loss_fn, batch, out_fe
     parts = []
     for start in range(0, rows, chunk):
         part = _batch_slice(batch, start, min(start + chunk, rows))
-        blocks = ((offset, g) for _, offset, g in per_example_gradients(
-            model, loss_fn, part, parameters=parameters, include_frozen=include_frozen,
-            max_gradient_bytes=max_gradient_bytes))
-        parts.append(project_gradient_blocks(blocks, out_features, seed=seed, nnz=nnz,
-                                             column_offset=column_offset, backend=backend))
+        blocks = (
+            (offset, g)
+            for _, offset, g in per_example_gradients(
+                model,
+                loss_fn,
+                part,
+                parameters=parameters,
+                include_frozen=include_frozen,
+                max_gradient_bytes=max_gradient_bytes,
+            )
+        )
+        parts.append(
+            project_gradient_blocks(
+                blocks, out_features, seed=seed, nnz=nnz, column_offset=column_offset, backend=backend
+            )
+        )
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
@@ -396,8 +486,18 @@ class SJLTProjection(torch.nn.Module):
       projections apply the tables as they are, like GraSS. Tables are not saved in state_dict.
     """
 
-    def __init__(self, original_dim: int, proj_dim: int, c: int = 1, threads: int = 1024,
-                 fixed_blocks: int = 84, device=None, *, seed: int | None = None, backend: str = "auto"):
+    def __init__(
+        self,
+        original_dim: int,
+        proj_dim: int,
+        c: int = 1,
+        threads: int = 1024,
+        fixed_blocks: int = 84,
+        device=None,
+        *,
+        seed: int | None = None,
+        backend: str = "auto",
+    ):
         super().__init__()
         self.original_dim = spec.check_dimension(original_dim, "original_dim")
         self.proj_dim = spec.check_dimension(proj_dim, "proj_dim")
@@ -432,8 +532,9 @@ class SJLTProjection(torch.nn.Module):
         return "rand_indices" in self._buffers or self.__dict__.get("_building_tables", False)
 
     def _build_tables(self) -> None:
-        rows, negative = reference.sparse_jl_hash(self.original_dim, self.proj_dim, seed=self.seed,
-                                                  nnz=self.c, device=self.device)
+        rows, negative = reference.sparse_jl_hash(
+            self.original_dim, self.proj_dim, seed=self.seed, nnz=self.c, device=self.device
+        )
         signs = torch.where(negative, -1, 1).to(torch.int8)
         self.__dict__["_building_tables"] = True
         try:
@@ -463,11 +564,15 @@ class SJLTProjection(torch.nn.Module):
             return None
         indices, signs = (self._buffers[n] for n in _TABLES)
         if indices.shape != signs.shape or indices.dim() != 2 or indices.shape[0] != self.original_dim:
-            raise ValueError(f"rand_indices and rand_signs must both have shape (original_dim={self.original_dim}, c), "
-                             f"got {tuple(indices.shape)} and {tuple(signs.shape)}")
+            raise ValueError(
+                f"rand_indices and rand_signs must both have shape (original_dim={self.original_dim}, c), "
+                f"got {tuple(indices.shape)} and {tuple(signs.shape)}"
+            )
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= self.proj_dim):
-            raise ValueError(f"rand_indices must lie in [0, proj_dim={self.proj_dim}); got values from "
-                             f"{int(indices.min())} to {int(indices.max())}")
+            raise ValueError(
+                f"rand_indices must lie in [0, proj_dim={self.proj_dim}); got values from "
+                f"{int(indices.min())} to {int(indices.max())}"
+            )
         return indices, signs
 
     def __getstate__(self):
@@ -532,23 +637,34 @@ class SJLTProjection(torch.nn.Module):
         return 1.0 - self.c / self.proj_dim
 
     def get_extra_state(self):
-        return {"original_dim": self.original_dim, "proj_dim": self.proj_dim, "c": self.c, "seed": self.seed,
-                "spec_version": spec.SPEC_VERSION}
+        return {
+            "original_dim": self.original_dim,
+            "proj_dim": self.proj_dim,
+            "c": self.c,
+            "seed": self.seed,
+            "spec_version": spec.SPEC_VERSION,
+        }
 
     def set_extra_state(self, state):
         if state.get("spec_version") not in spec.sparse_jl_same_since(state["proj_dim"], state["c"]):
-            raise RuntimeError(f"this SJLTProjection state was saved with spec version {state.get('spec_version')}, "
-                               f"whose matrix differs from sjlt's (spec version {spec.SPEC_VERSION}); re-create "
-                               f"the module with this sjlt, or load it with the sjlt release that saved it")
+            raise RuntimeError(
+                f"this SJLTProjection state was saved with spec version {state.get('spec_version')}, "
+                f"whose matrix differs from sjlt's (spec version {spec.SPEC_VERSION}); re-create "
+                f"the module with this sjlt, or load it with the sjlt release that saved it"
+            )
         if (state["original_dim"], state["proj_dim"], state["c"]) != (self.original_dim, self.proj_dim, self.c):
-            raise RuntimeError(f"SJLTProjection shape mismatch: the state is {state['original_dim']} -> "
-                               f"{state['proj_dim']} with c={state['c']}, this module {self.original_dim} -> "
-                               f"{self.proj_dim} with c={self.c}")
+            raise RuntimeError(
+                f"SJLTProjection shape mismatch: the state is {state['original_dim']} -> "
+                f"{state['proj_dim']} with c={state['c']}, this module {self.original_dim} -> "
+                f"{self.proj_dim} with c={self.c}"
+            )
         self.seed = spec.check_seed(state["seed"])
         for name in _TABLES:  # tables of the old seed would be stale
             self._buffers.pop(name, None)
         self._seeded_tables = None
 
     def extra_repr(self) -> str:
-        return (f"original_dim={self.original_dim}, proj_dim={self.proj_dim}, c={self.c}, seed={self.seed}, "
-                f"device={self.device}")
+        return (
+            f"original_dim={self.original_dim}, proj_dim={self.proj_dim}, c={self.c}, seed={self.seed}, "
+            f"device={self.device}"
+        )

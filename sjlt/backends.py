@@ -24,6 +24,7 @@ float32 accuracy follows ``torch.get_float32_matmul_precision()``, as ``torch.ma
 the input in the kernel's tensor-core passes (and let cuBLAS use TF32 in the dense algorithm).
 See sjlt/ops/choice.py for the rule.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -41,8 +42,10 @@ def byte_budget(name: str) -> int:
     engine reads it, so a bad assignment fails with what to set instead of deep in a launch."""
     value = globals()[name]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"sjlt.backends.{name} must be an int number of bytes, got {value!r}; "
-                        f"the default is {_DEFAULT_BYTES[name]} ({_DEFAULT_BYTES[name] >> 20} MiB)")
+        raise TypeError(
+            f"sjlt.backends.{name} must be an int number of bytes, got {value!r}; "
+            f"the default is {_DEFAULT_BYTES[name]} ({_DEFAULT_BYTES[name] >> 20} MiB)"
+        )
     if value < 0:
         raise ValueError(f"sjlt.backends.{name} must be >= 0 bytes (0 turns it off), got {value}")
     return int(value)

@@ -21,6 +21,7 @@ Two paths:
 
 Both keep memory at the output plus the table plus bounded per-thread scratch.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -53,8 +54,9 @@ _FEW_ROWS = 128
 _COLUMN_GROUPS = 8
 
 
-def sparse_jl_forward(x: torch.Tensor, out_features: int, *, seed: int, nnz: int,
-                      column_offset: int = 0) -> torch.Tensor:
+def sparse_jl_forward(
+    x: torch.Tensor, out_features: int, *, seed: int, nnz: int, column_offset: int = 0
+) -> torch.Tensor:
     """Y = X S^T for a 2-D x (n, d): rows of x projected to out_features, in x's dtype."""
     reference._check_matrix(x, "x", "sparse_jl_forward")
     n, d = x.shape
@@ -66,8 +68,9 @@ def sparse_jl_forward(x: torch.Tensor, out_features: int, *, seed: int, nnz: int
     return _numba_forward(kernels, x, out_features, seed=seed, nnz=nnz, column_offset=column_offset)
 
 
-def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: int,
-                        column_offset: int = 0) -> torch.Tensor:
+def sparse_jl_transpose(
+    y: torch.Tensor, in_features: int, *, seed: int, nnz: int, column_offset: int = 0
+) -> torch.Tensor:
     """Z = Y S for a 2-D y (n, k): the adjoint of :func:`sparse_jl_forward`, in y's dtype."""
     reference._check_matrix(y, "y", "sparse_jl_transpose")
     n, k = y.shape
@@ -117,8 +120,7 @@ def numba_kernels():
 def _fall_back(reason: str) -> None:
     global _kernel_import_failed
     _kernel_import_failed = True
-    warnings.warn(f"sjlt: {reason}. CPU projections run on the slower torch path.", RuntimeWarning,
-                  stacklevel=5)
+    warnings.warn(f"sjlt: {reason}. CPU projections run on the slower torch path.", RuntimeWarning, stacklevel=5)
 
 
 def _kernels_for(tensor: torch.Tensor):
@@ -130,6 +132,7 @@ def _kernels_for(tensor: torch.Tensor):
 # --------------------------------------------------------------------------------------------
 # numba path
 # --------------------------------------------------------------------------------------------
+
 
 class _TableCache:
     """Least recently used tables of S, bounded in bytes; shared by all threads."""
@@ -166,12 +169,11 @@ class _TableCache:
 table_cache = _TableCache(TABLE_CACHE_BYTES)
 
 
-def _table(out_features: int, *, seed: int, nnz: int, column_offset: int, width: int,
-           dtype: torch.dtype):
+def _table(out_features: int, *, seed: int, nnz: int, column_offset: int, width: int, dtype: torch.dtype):
     """(rows int32, weights) of shape (width, nnz) as numpy arrays: S's nonzeros per column."""
+
     def make():
-        rows, negative = reference.sparse_jl_hash(width, out_features, seed=seed, nnz=nnz,
-                                                  column_offset=column_offset)
+        rows, negative = reference.sparse_jl_hash(width, out_features, seed=seed, nnz=nnz, column_offset=column_offset)
         weights = reference._signed_scale(negative, nnz, dtype)
         return (rows.t().to(torch.int32).contiguous().numpy(), weights.t().contiguous().numpy())
 
@@ -218,8 +220,7 @@ def _shared_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
-                                       thread_name_prefix="sjlt-cpu-engine")
+            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="sjlt-cpu-engine")
         return _pool
 
 
@@ -243,8 +244,7 @@ def _split(count: int, parts: int, multiple: int = 1):
 class _Scratch:
     """A task's transposed tiles and, for half-precision data, its float32 staging blocks."""
 
-    def __init__(self, kernels, acc: torch.dtype, tile: int, width: int, out_width: int,
-                 staged: bool):
+    def __init__(self, kernels, acc: torch.dtype, tile: int, width: int, out_width: int, staged: bool):
         shard = min(width, kernels.SHARD_COLUMNS)
         self.inner = torch.empty(shard * tile, dtype=acc).numpy()
         self.outer = torch.empty(out_width * tile, dtype=acc).numpy()
@@ -286,8 +286,7 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
     threads = max(1, torch.get_num_threads())
 
     def table(column, width):
-        return _table(out_features, seed=seed, nnz=nnz, column_offset=column_offset + column,
-                      width=width, dtype=acc)
+        return _table(out_features, seed=seed, nnz=nnz, column_offset=column_offset + column, width=width, dtype=acc)
 
     def project(rows, tables, y, accumulate):
         """y[rows] (+)= x[rows] S^T over the columns of ``tables`` [(start, width, table)]."""
@@ -300,9 +299,10 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
             direct = not staged or y.dtype == acc
             out = y[start:stop] if direct else scratch.output("y", stop - start, out_features, acc)
             for index, (column, width, (table_rows, weights)) in enumerate(tables):
-                block = scratch.block("x", x[start:stop, column:column + width], acc)
-                kernels.forward_block(block, out.numpy(), table_rows, weights, accumulate or index > 0,
-                                      scratch.inner, scratch.outer)
+                block = scratch.block("x", x[start:stop, column : column + width], acc)
+                kernels.forward_block(
+                    block, out.numpy(), table_rows, weights, accumulate or index > 0, scratch.inner, scratch.outer
+                )
             if not direct:
                 y[start:stop].copy_(out)
 
@@ -312,8 +312,7 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
         y = _output(n, out_features, acc if staged and len(ranges) > 1 else x.dtype)
         for index, (column, width) in enumerate(ranges):
             tables = [(column, width, table(column, width))]
-            _run([lambda rows=rows: project(rows, tables, y, index > 0)
-                  for rows in _split(n, threads, tile)])
+            _run([lambda rows=rows: project(rows, tables, y, index > 0) for rows in _split(n, threads, tile)])
         return y.to(x.dtype)
     groups = _split(len(ranges), _COLUMN_GROUPS)
     partials = torch.empty(len(groups), n, out_features, dtype=acc)
@@ -322,8 +321,7 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
         for group in range(first, last):
             for index in range(*groups[group]):
                 column, width = ranges[index]
-                project((0, n), [(column, width, table(column, width))], partials[group],
-                        index > groups[group][0])
+                project((0, n), [(column, width, table(column, width))], partials[group], index > groups[group][0])
 
     _run([lambda share=share: project_groups(*share) for share in _split(len(groups), threads)])
     total = partials[0]
@@ -353,7 +351,7 @@ def _numba_transpose(kernels, y, in_features, *, seed, nnz, column_offset):
         for start in range(first, last, step):
             stop = min(last, start + step)
             block = scratch.block("y", y[start:stop], acc)
-            target = z[start:stop, column:column + width]
+            target = z[start:stop, column : column + width]
             out = scratch.output("z", stop - start, width, acc) if staged else target
             kernels.transpose_block(block, out.numpy(), table_rows, weights, scratch.outer, scratch.inner)
             if staged:
@@ -362,9 +360,9 @@ def _numba_transpose(kernels, y, in_features, *, seed, nnz, column_offset):
     if n >= _FEW_ROWS or len(ranges) == 1:
         for column, width in ranges:
             columns_table = table(column, width)
-            _run([lambda rows=rows: project(rows, column, width, columns_table)
-                  for rows in _split(n, threads, tile)])
+            _run([lambda rows=rows: project(rows, column, width, columns_table) for rows in _split(n, threads, tile)])
     else:  # the threads write disjoint columns of z
+
         def project_ranges(first, last):
             for column, width in ranges[first:last]:
                 project((0, n), column, width, table(column, width))
@@ -423,8 +421,7 @@ class _Transposer:
     """
 
     def __init__(self, rows: int, columns: int, dtype: torch.dtype, device: torch.device):
-        self._staged = torch.empty(rows, _odd_lines(columns, dtype, at_least=True), dtype=dtype,
-                                   device=device)
+        self._staged = torch.empty(rows, _odd_lines(columns, dtype, at_least=True), dtype=dtype, device=device)
         self._transposed = torch.empty(rows * columns, dtype=dtype, device=device)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -455,8 +452,9 @@ def _forward_bags(in_features, out_features, *, seed, nnz, column_offset, dtype,
     Bag r lists the input columns with a nonzero in output row r, in ascending order; ``weights``
     holds their signed values. Each row lies in exactly one block, so every nonzero is in one bag.
     """
-    rows, negative = reference.sparse_jl_hash(in_features, out_features, seed=seed, nnz=nnz,
-                                              column_offset=column_offset, device=device)
+    rows, negative = reference.sparse_jl_hash(
+        in_features, out_features, seed=seed, nnz=nnz, column_offset=column_offset, device=device
+    )
     order = torch.argsort(rows.reshape(-1), stable=True)  # entry t * in_features + j
     bag_sizes = torch.bincount(rows.reshape(-1), minlength=out_features)
     offsets = torch.cumsum(bag_sizes, 0) - bag_sizes
@@ -472,14 +470,13 @@ def _torch_forward(x, out_features, *, seed, nnz, column_offset):
     y = torch.empty(n, out_features, dtype=acc, device=x.device)
     for start in range(0, d, shard):
         width = min(shard, d - start)
-        columns, offsets, weights = _forward_bags(width, out_features, seed=seed, nnz=nnz,
-                                                  column_offset=column_offset + start,
-                                                  dtype=acc, device=x.device)
+        columns, offsets, weights = _forward_bags(
+            width, out_features, seed=seed, nnz=nnz, column_offset=column_offset + start, dtype=acc, device=x.device
+        )
         for row in range(0, n, chunk):
-            x_t = transposed_chunk(x[row:row + chunk, start:start + width])
-            y_t = torch.nn.functional.embedding_bag(columns, x_t, offsets, mode="sum",
-                                                    per_sample_weights=weights)
-            _write_transposed(y[row:row + chunk], y_t, accumulate=start > 0)
+            x_t = transposed_chunk(x[row : row + chunk, start : start + width])
+            y_t = torch.nn.functional.embedding_bag(columns, x_t, offsets, mode="sum", per_sample_weights=weights)
+            _write_transposed(y[row : row + chunk], y_t, accumulate=start > 0)
     return y.to(x.dtype)
 
 
@@ -491,13 +488,14 @@ def _torch_transpose(y, in_features, *, seed, nnz, column_offset):
     z = torch.empty(n, in_features, dtype=y.dtype, device=y.device)
     for start in range(0, in_features, shard):
         width = min(shard, in_features - start)
-        rows, negative = reference.sparse_jl_hash(width, k, seed=seed, nnz=nnz,
-                                                  column_offset=column_offset + start, device=y.device)
+        rows, negative = reference.sparse_jl_hash(
+            width, k, seed=seed, nnz=nnz, column_offset=column_offset + start, device=y.device
+        )
         # Column j of S is the bag of its nnz rows: one bag per output column, all of size nnz.
         bags = rows.t().contiguous()
         weights = reference._signed_scale(negative.t(), nnz, acc)
         for row in range(0, n, chunk):
-            y_t = transposed_chunk(y[row:row + chunk])
+            y_t = transposed_chunk(y[row : row + chunk])
             z_t = torch.nn.functional.embedding_bag(bags, y_t, mode="sum", per_sample_weights=weights)
-            _write_transposed(z[row:row + chunk, start:start + width], z_t, accumulate=False)
+            _write_transposed(z[row : row + chunk, start : start + width], z_t, accumulate=False)
     return z

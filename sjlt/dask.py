@@ -10,6 +10,7 @@ on its worker's GPU when that worker has one (decided on the worker, not on the 
     Y = sjlt.dask.project(X, 128, seed=0)               # lazy (n, 128)
     Y.to_zarr("projected.zarr")
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,14 +27,20 @@ def output_column_names(out_features: int) -> list[str]:
 
 def _project_array(data, k: int, seed: int, nnz: int, device: str):
     if data.ndim != 2:
-        raise ValueError(f"project takes a 2-D (rows, features) dask array, got {data.ndim}-D "
-                         f"with shape {data.shape}; reshape it to (rows, features)")
+        raise ValueError(
+            f"project takes a 2-D (rows, features) dask array, got {data.ndim}-D "
+            f"with shape {data.shape}; reshape it to (rows, features)"
+        )
     if data.dtype.name not in spec.NUMPY_FLOAT_DTYPES:
-        raise TypeError(f"project needs a floating-point dask array (float16/32/64), got "
-                        f"{data.dtype}; convert it first, e.g. X.astype('float32')")
+        raise TypeError(
+            f"project needs a floating-point dask array (float16/32/64), got "
+            f"{data.dtype}; convert it first, e.g. X.astype('float32')"
+        )
     if data.shape[1] == 0 or data.shape[1] != data.shape[1]:  # 0 or NaN (unknown) features
-        raise ValueError(f"the feature axis must have a known, nonzero length; got shape "
-                         f"{data.shape} (call X.compute_chunk_sizes() if it is unknown)")
+        raise ValueError(
+            f"the feature axis must have a known, nonzero length; got shape "
+            f"{data.shape} (call X.compute_chunk_sizes() if it is unknown)"
+        )
     return map_row_blocks(data, k, seed=seed, nnz=nnz, device=device)
 
 
@@ -55,8 +62,7 @@ def _project_list_partition(part, column: str, k: int, seed: int, nnz: int, devi
     from .io.arrow import matrix_to_list_column
 
     matrix = _list_column_matrix(part[column], column)
-    projected = project_block(matrix, k, seed, nnz, device) if len(part) else \
-        np.empty((0, k), dtype=matrix.dtype)
+    projected = project_block(matrix, k, seed, nnz, device) if len(part) else np.empty((0, k), dtype=matrix.dtype)
     out = part.copy(deep=False)
     if isinstance(part[column].dtype, pd.ArrowDtype):
         values = pd.arrays.ArrowExtensionArray(matrix_to_list_column(projected))
@@ -71,8 +77,7 @@ def _project_numeric_partition(part, k: int, seed: int, nnz: int, device: str, d
     import pandas as pd
 
     values = part.to_numpy(dtype=dtype)
-    projected = project_block(values, k, seed, nnz, device) if len(part) else \
-        np.empty((0, k), dtype=dtype)
+    projected = project_block(values, k, seed, nnz, device) if len(part) else np.empty((0, k), dtype=dtype)
     return pd.DataFrame(projected, index=part.index, columns=output_column_names(k))
 
 
@@ -93,34 +98,42 @@ def _project_frame(frame, k: int, seed: int, nnz: int, device: str):
     dtypes = frame.dtypes
     list_columns = [name for name, dtype in dtypes.items() if _is_list_candidate(dtype)]
     if len(list_columns) > 1:
-        raise ValueError(f"the DataFrame has several list (or object) columns {list_columns}; "
-                         f"select the one embedding column with the columns to keep, e.g. "
-                         f"df[['id', {list_columns[0]!r}]]")
+        raise ValueError(
+            f"the DataFrame has several list (or object) columns {list_columns}; "
+            f"select the one embedding column with the columns to keep, e.g. "
+            f"df[['id', {list_columns[0]!r}]]"
+        )
     if list_columns:
         column = list_columns[0]
         meta = frame._meta.copy()
         if isinstance(dtypes[column], pd.ArrowDtype):
             value_type = dtypes[column].pyarrow_dtype.value_type
             if not pa.types.is_floating(value_type):
-                raise TypeError(f"column {column!r} holds lists of {value_type}, not floats; "
-                                f"cast it to lists of float32 first")
-            meta[column] = pd.Series(pd.array([], dtype=pd.ArrowDtype(pa.list_(value_type, k))),
-                                     index=meta.index)
-        return frame.map_partitions(_project_list_partition, column, k, seed, nnz, device,
-                                    meta=meta, token="sjlt-project")
-    non_numeric = [name for name, dtype in dtypes.items()
-                   if not (pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype))]
+                raise TypeError(
+                    f"column {column!r} holds lists of {value_type}, not floats; cast it to lists of float32 first"
+                )
+            meta[column] = pd.Series(pd.array([], dtype=pd.ArrowDtype(pa.list_(value_type, k))), index=meta.index)
+        return frame.map_partitions(
+            _project_list_partition, column, k, seed, nnz, device, meta=meta, token="sjlt-project"
+        )
+    non_numeric = [
+        name
+        for name, dtype in dtypes.items()
+        if not (pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype))
+    ]
     if non_numeric:
-        raise ValueError(f"columns {non_numeric} are neither numeric nor a list of floats; select "
-                         f"the feature columns first, e.g. df[feature_columns]")
+        raise ValueError(
+            f"columns {non_numeric} are neither numeric nor a list of floats; select "
+            f"the feature columns first, e.g. df[feature_columns]"
+        )
     if len(dtypes) == 0:
         raise ValueError("the DataFrame has no columns to project")
     # Integer columns become float64 (as numpy would promote them); float32 stays float32.
     dtype = np.result_type(*[np.dtype(d) for d in dtypes], np.float16)
-    meta = pd.DataFrame({name: np.empty(0, dtype) for name in output_column_names(k)},
-                        index=frame._meta.index)
-    return frame.map_partitions(_project_numeric_partition, k, seed, nnz, device, dtype,
-                                meta=meta, token="sjlt-project")
+    meta = pd.DataFrame({name: np.empty(0, dtype) for name in output_column_names(k)}, index=frame._meta.index)
+    return frame.map_partitions(
+        _project_numeric_partition, k, seed, nnz, device, dtype, meta=meta, token="sjlt-project"
+    )
 
 
 def project(data, n_components, *, seed, nnz=None, device="auto"):
@@ -154,6 +167,8 @@ def project(data, n_components, *, seed, nnz=None, device="auto"):
 
     if isinstance(data, dd.DataFrame):
         return _project_frame(data, k, seed, nnz, device)
-    raise TypeError(f"data must be a dask.array.Array or a dask.dataframe.DataFrame, got "
-                    f"{type(data).__module__}.{type(data).__name__}; for in-memory numpy or torch "
-                    f"data use sjlt.sparse_jl")
+    raise TypeError(
+        f"data must be a dask.array.Array or a dask.dataframe.DataFrame, got "
+        f"{type(data).__module__}.{type(data).__name__}; for in-memory numpy or torch "
+        f"data use sjlt.sparse_jl"
+    )

@@ -17,6 +17,7 @@ collective. Arguments are validated locally before any communication; a rank tha
 leaves the others waiting in the collective until the process group's timeout, as with any
 mismatched collective.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,7 +41,8 @@ def _require_process_group(group, caller: str):
         raise RuntimeError(
             f"{caller} needs an initialized torch.distributed process group; call "
             f"torch.distributed.init_process_group(...) first, or use sjlt.functional.sparse_jl "
-            f"in a single process")
+            f"in a single process"
+        )
     if group is not None and not isinstance(group, dist.ProcessGroup):
         raise TypeError(f"group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}")
 
@@ -59,16 +61,19 @@ def _check_agreement(table: list[list[int]], columns: dict[str, int], caller: st
         values = [row[index] for row in table]
         if len(set(values)) > 1:
             shown = ", ".join(f"rank {rank}: {value}" for rank, value in enumerate(values))
-            raise ValueError(f"{caller}: ranks disagree on {name} ({shown}); every rank of the "
-                             f"group must pass the same value")
+            raise ValueError(
+                f"{caller}: ranks disagree on {name} ({shown}); every rank of the group must pass the same value"
+            )
 
 
 def _check_seeds(table: list[list[int]], low: int, high: int, caller: str) -> None:
     seeds = [spec.seed_from_key(row[low], row[high]) for row in table]
     if len(set(seeds)) > 1:
         shown = ", ".join(f"rank {rank}: {seed}" for rank, seed in enumerate(seeds))
-        raise ValueError(f"{caller}: ranks disagree on seed ({shown}); every rank must project with "
-                         f"the same seed, or the shards are projected by different matrices")
+        raise ValueError(
+            f"{caller}: ranks disagree on seed ({shown}); every rank must project with "
+            f"the same seed, or the shards are projected by different matrices"
+        )
 
 
 def _check_dtypes(table: list[list[int]], index: int, caller: str) -> None:
@@ -76,8 +81,7 @@ def _check_dtypes(table: list[list[int]], index: int, caller: str) -> None:
     if len(set(codes)) > 1:
         names = {code: str(dtype) for dtype, code in _DTYPE_CODES.items()}
         shown = ", ".join(f"rank {rank}: {names[code]}" for rank, code in enumerate(codes))
-        raise ValueError(f"{caller}: ranks hold inputs of different dtypes ({shown}); cast every "
-                         f"shard to one dtype")
+        raise ValueError(f"{caller}: ranks hold inputs of different dtypes ({shown}); cast every shard to one dtype")
 
 
 def _check_columns(spans: list[tuple[int, int]], caller: str) -> None:
@@ -88,12 +92,14 @@ def _check_columns(spans: list[tuple[int, int]], caller: str) -> None:
             raise ValueError(
                 f"{caller}: column shards overlap: rank {rank} holds columns [{start}, {stop}) and "
                 f"rank {next_rank} holds [{next_start}, {next_stop}); each column must belong to "
-                f"exactly one rank (check each rank's column_offset and shard width)")
+                f"exactly one rank (check each rank's column_offset and shard width)"
+            )
         if next_start > stop:
             raise ValueError(
                 f"{caller}: columns [{stop}, {next_start}) belong to no rank: rank {rank} ends at "
                 f"column {stop} and the next shard (rank {next_rank}) starts at {next_start}; the "
-                f"shards must cover one contiguous range (check each rank's column_offset)")
+                f"shards must cover one contiguous range (check each rank's column_offset)"
+            )
 
 
 def _all_reduce_sum(partial: torch.Tensor, group) -> torch.Tensor:
@@ -130,9 +136,17 @@ class _ShardedSparseJL(torch.autograd.Function):
         return grad_shard, None, None, None, None, None, None
 
 
-def sparse_jl_sharded(x_shard: torch.Tensor, out_features: int, *, seed: int, column_offset: int,
-                      group=None, nnz: int | None = None, check: bool = True,
-                      backend: str = "auto") -> torch.Tensor:
+def sparse_jl_sharded(
+    x_shard: torch.Tensor,
+    out_features: int,
+    *,
+    seed: int,
+    column_offset: int,
+    group=None,
+    nnz: int | None = None,
+    check: bool = True,
+    backend: str = "auto",
+) -> torch.Tensor:
     """Projection of a column-sharded input; every rank of ``group`` receives the full result.
 
     Rank r holds ``x_shard`` (..., d_r): columns [column_offset, column_offset + d_r) of the same
@@ -166,19 +180,26 @@ def sparse_jl_sharded(x_shard: torch.Tensor, out_features: int, *, seed: int, co
         width = x_shard.shape[-1]
         rows = math.prod(x_shard.shape[:-1])
         key0, key1 = spec.philox_key(seed)
-        table = _gather_table([column_offset, width, rows, k, key0, key1, nnz,
-                               _DTYPE_CODES[x_shard.dtype]], group, x_shard.device)
+        table = _gather_table(
+            [column_offset, width, rows, k, key0, key1, nnz, _DTYPE_CODES[x_shard.dtype]], group, x_shard.device
+        )
         _check_seeds(table, 4, 5, caller)
-        _check_agreement(table, {"out_features": 3, "nnz": 6, "the number of rows (x_shard.shape[:-1])": 2},
-                         caller)
+        _check_agreement(table, {"out_features": 3, "nnz": 6, "the number of rows (x_shard.shape[:-1])": 2}, caller)
         _check_dtypes(table, 7, caller)
         _check_columns([(row[0], row[0] + row[1]) for row in table], caller)
     return _ShardedSparseJL.apply(x_shard, k, seed, nnz, column_offset, group, backend)
 
 
-def sparse_jl_row_sharded(x_rows: torch.Tensor, out_features: int, *, seed: int,
-                          nnz: int | None = None, group=None, check: bool = False,
-                          backend: str = "auto") -> torch.Tensor:
+def sparse_jl_row_sharded(
+    x_rows: torch.Tensor,
+    out_features: int,
+    *,
+    seed: int,
+    nnz: int | None = None,
+    group=None,
+    check: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
     """Projection of a row-sharded (data-parallel) input: each rank projects its own rows.
 
     This is :func:`sjlt.functional.sparse_jl` on the local rows, with no communication: the

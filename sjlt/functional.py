@@ -1,4 +1,5 @@
 """The public functional API: validation, shapes and dtypes around the registered ops."""
+
 from __future__ import annotations
 
 import functools
@@ -10,10 +11,10 @@ from . import reference, spec
 from ._backend import check_backend, use_triton
 from ._dtypes import TORCH_COMPLEX_DTYPES, TORCH_FLOAT_DTYPES
 from ._memory import check_output_fits
-from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
 from .ops import choice, dense, layouts
-from .ops._launch import KERNEL_DTYPES
+from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjlt.seeded_dropout)
 from .ops import sparse_jl as _sparse_jl_ops
+from .ops._launch import KERNEL_DTYPES
 
 __all__ = ["sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
 
@@ -74,9 +75,12 @@ def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backen
         return torch.complex(real, imag)
     lead = tensor.shape[:-1]
     flat = tensor if tensor.dim() == 2 else tensor.reshape(lead.numel(), tensor.shape[-1])  # not -1: d may be 0
-    if (use_triton(backend, flat, supports_dtype=flat.dtype in KERNEL_DTYPES) and not torch.compiler.is_compiling()
-            and not torch.is_autocast_enabled(flat.device.type)
-            and _chosen_algorithm(op, flat, features, nnz, key0, key1, column_offset) == choice.DENSE):
+    if (
+        use_triton(backend, flat, supports_dtype=flat.dtype in KERNEL_DTYPES)
+        and not torch.compiler.is_compiling()
+        and not torch.is_autocast_enabled(flat.device.type)
+        and _chosen_algorithm(op, flat, features, nnz, key0, key1, column_offset) == choice.DENSE
+    ):
         # The op's own dispatch (use_triton, then choice) picks the same dense algorithm, a plain
         # torch op with torch's autograd: calling it here skips the op's dispatch, which costs
         # more than the matmul at this size.
@@ -86,8 +90,15 @@ def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backen
     return out if tensor.dim() == 2 else out.reshape(*lead, features)
 
 
-def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None = None,
-              column_offset: int = 0, backend: str = "auto") -> torch.Tensor:
+def sparse_jl(
+    x: torch.Tensor,
+    out_features: int,
+    *,
+    seed: int,
+    nnz: int | None = None,
+    column_offset: int = 0,
+    backend: str = "auto",
+) -> torch.Tensor:
     """Project the last dimension of ``x`` (..., d) to ``out_features``: y = x S^T.
 
     S is the k x d sparse JL matrix of ``seed`` (``docs/spec.md``): ``nnz`` nonzeros of
@@ -105,8 +116,15 @@ def sparse_jl(x: torch.Tensor, out_features: int, *, seed: int, nnz: int | None 
     return _projection(_sparse_jl_ops.sparse_jl_op, dense.forward, x, k, seed, nnz, column_offset, backend, k)
 
 
-def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: int | None = None,
-                        column_offset: int = 0, backend: str = "auto") -> torch.Tensor:
+def sparse_jl_transpose(
+    y: torch.Tensor,
+    in_features: int,
+    *,
+    seed: int,
+    nnz: int | None = None,
+    column_offset: int = 0,
+    backend: str = "auto",
+) -> torch.Tensor:
     """The adjoint of :func:`sparse_jl`: z = y S, mapping (..., k) to (..., in_features)."""
     check_input(y, "y", complex_ok=True)
     d = spec.check_dimension(in_features, "in_features")
@@ -114,13 +132,22 @@ def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: in
     if k < 1:
         raise ValueError("y must have at least one output feature in its last dimension")
     check_output_fits(y, d, "in_features")
-    return _projection(_sparse_jl_ops.sparse_jl_transpose_op, dense.transpose, y, d, seed, nnz, column_offset,
-                       backend, k)
+    return _projection(
+        _sparse_jl_ops.sparse_jl_transpose_op, dense.transpose, y, d, seed, nnz, column_offset, backend, k
+    )
 
 
-def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int | None = None,
-                     column_offset: int = 0, backend: str = "auto", dtype=torch.float32,
-                     device=None) -> torch.Tensor:
+def sparse_jl_matrix(
+    in_features: int,
+    out_features: int,
+    *,
+    seed: int,
+    nnz: int | None = None,
+    column_offset: int = 0,
+    backend: str = "auto",
+    dtype=torch.float32,
+    device=None,
+) -> torch.Tensor:
     """S (out_features x in_features) as a coalesced sparse COO tensor, for inspection and interop.
 
     Identical from every backend: ``backend='triton'`` reads the kernel's own hash table.
@@ -136,13 +163,11 @@ def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int
     if use_triton(backend, probe):
         rows, negative = layouts.triton_hash(d, k, key0, key1, nnz, column_offset, device)
     else:
-        rows, negative = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz,
-                                                  column_offset=column_offset, device=device)
+        rows, negative = reference.sparse_jl_hash(d, k, seed=seed, nnz=nnz, column_offset=column_offset, device=device)
     return reference.sparse_matrix_from_hash(rows, negative, k, dtype=dtype)
 
 
-def seeded_dropout(x: torch.Tensor, p: float, *, seed, training: bool = True,
-                   backend: str = "auto") -> torch.Tensor:
+def seeded_dropout(x: torch.Tensor, p: float, *, seed, training: bool = True, backend: str = "auto") -> torch.Tensor:
     """y = x * keep / (1 - p), keep regenerated from (seed, index): no mask is ever stored.
 
     ``seed`` is one of:
@@ -159,8 +184,10 @@ def seeded_dropout(x: torch.Tensor, p: float, *, seed, training: bool = True,
     check_backend(backend)
     if isinstance(seed, torch.Tensor):
         if seed.dtype not in (torch.int64, torch.int32) or seed.dim() > 1:
-            raise TypeError(f"a seed tensor must be 0-d (one seed) or 1-D (one seed per row) int64, got "
-                            f"{seed.dtype} of shape {tuple(seed.shape)}")
+            raise TypeError(
+                f"a seed tensor must be 0-d (one seed) or 1-D (one seed per row) int64, got "
+                f"{seed.dtype} of shape {tuple(seed.shape)}"
+            )
         if seed.dim() == 1:
             spec.check_row_seeds(seed.shape, x.shape)
         if seed.device != x.device:

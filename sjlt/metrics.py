@@ -5,6 +5,7 @@ The distortion of a pair (x_i, x_j) projected to (y_i, y_j) is
 ``|‖y_i − y_j‖² / ‖x_i − x_j‖² − 1|``, over the pairs i < j whose original distance is nonzero
 (identical rows have no ratio to preserve). Computed in float64 with torch, on the inputs' device.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,9 +16,18 @@ import torch
 
 from .functional import sparse_jl
 
-__all__ = ["squared_distances", "distinct_pairs", "pair_distortion", "pairwise_distortion",
-           "distortion_percentile", "jl_bound_eps", "nearest_neighbors", "evaluate_sample",
-           "DimensionReport", "Scatter"]
+__all__ = [
+    "squared_distances",
+    "distinct_pairs",
+    "pair_distortion",
+    "pairwise_distortion",
+    "distortion_percentile",
+    "jl_bound_eps",
+    "nearest_neighbors",
+    "evaluate_sample",
+    "DimensionReport",
+    "Scatter",
+]
 
 
 def squared_distances(x) -> torch.Tensor:
@@ -75,7 +85,7 @@ def jl_bound_eps(n_samples: int, k: int) -> float | None:
     low, high = 0.0, 1.0
     for _ in range(200):  # bisection on an increasing function; 200 halvings reach float precision
         middle = (low + high) / 2
-        if middle * middle / 2 - middle ** 3 / 3 < target:
+        if middle * middle / 2 - middle**3 / 3 < target:
             low = middle
         else:
             high = middle
@@ -117,9 +127,16 @@ def nearest_neighbors(squared: torch.Tensor, neighbors: int) -> torch.Tensor:
     return squared.topk(neighbors, dim=1, largest=False).indices
 
 
-def evaluate_sample(x: torch.Tensor, dims: list[int], *, seed: int, nnz: int | None,
-                    neighbors: int, scatter_k: int | None = None,
-                    scatter_seed: int = 0) -> tuple[list[DimensionReport], Scatter | None]:
+def evaluate_sample(
+    x: torch.Tensor,
+    dims: list[int],
+    *,
+    seed: int,
+    nnz: int | None,
+    neighbors: int,
+    scatter_k: int | None = None,
+    scatter_seed: int = 0,
+) -> tuple[list[DimensionReport], Scatter | None]:
     """The quality of projecting the rows of ``x`` (m, d) to each k of ``dims`` with the matrix of
     ``seed``: the median and 99th percentile of :func:`pair_distortion`, the recall of each row's
     ``neighbors`` nearest neighbours, and :func:`jl_bound_eps`; with ``scatter_k``, also
@@ -141,8 +158,15 @@ def evaluate_sample(x: torch.Tensor, dims: list[int], *, seed: int, nnz: int | N
         del distortion
         found = nearest_neighbors(projected, neighbors)
         hits = (true_neighbors[:, :, None] == found[:, None, :]).any(dim=2).sum().item()
-        reports.append(DimensionReport(k=k, distortion_p50=float(p50), distortion_p99=float(p99),
-                                       recall=hits / (m * neighbors), jl_bound_eps=jl_bound_eps(m, k)))
+        reports.append(
+            DimensionReport(
+                k=k,
+                distortion_p50=float(p50),
+                distortion_p99=float(p99),
+                recall=hits / (m * neighbors),
+                jl_bound_eps=jl_bound_eps(m, k),
+            )
+        )
         if k == scatter_k:
             before, after = distinct_pairs(original, projected)
             scatter = Scatter(k, before[pair_pick].cpu().numpy(), after[pair_pick].cpu().numpy())

@@ -1,4 +1,5 @@
 """nn.Modules over :mod:`sjlt.functional`. Neither has parameters: the seed is the whole state."""
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,9 @@ class SparseJL(torch.nn.Module):
     the saved projection exactly.
     """
 
-    def __init__(self, in_features: int, out_features: int, *, seed: int, nnz: int | None = None,
-                 backend: str = "auto"):
+    def __init__(
+        self, in_features: int, out_features: int, *, seed: int, nnz: int | None = None, backend: str = "auto"
+    ):
         super().__init__()
         self.in_features = spec.check_dimension(in_features, "in_features")
         self.out_features = spec.check_dimension(out_features, "out_features")
@@ -37,28 +39,37 @@ class SparseJL(torch.nn.Module):
         return F.sparse_jl(x, self.out_features, seed=self.seed, nnz=self.nnz, backend=self.backend)
 
     def get_extra_state(self):
-        return {"in_features": self.in_features, "out_features": self.out_features,
-                "seed": self.seed, "nnz": self.nnz, "spec_version": spec.SPEC_VERSION}
+        return {
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "seed": self.seed,
+            "nnz": self.nnz,
+            "spec_version": spec.SPEC_VERSION,
+        }
 
     def set_extra_state(self, state):
-        same_since = spec.sparse_jl_same_since(state.get("out_features", self.out_features),
-                                               state.get("nnz", self.nnz))
+        same_since = spec.sparse_jl_same_since(state.get("out_features", self.out_features), state.get("nnz", self.nnz))
         if state.get("spec_version") not in same_since:
-            raise RuntimeError(f"this SparseJL state was saved with spec version {state.get('spec_version')}, "
-                               f"but sjlt implements spec version {spec.SPEC_VERSION}; the matrix would differ "
-                               f"(docs/spec.md, version history). Re-create the module with this sjlt (same "
-                               f"seed) and retrain what follows it, or load the state with the sjlt release "
-                               f"that saved it")
+            raise RuntimeError(
+                f"this SparseJL state was saved with spec version {state.get('spec_version')}, "
+                f"but sjlt implements spec version {spec.SPEC_VERSION}; the matrix would differ "
+                f"(docs/spec.md, version history). Re-create the module with this sjlt (same "
+                f"seed) and retrain what follows it, or load the state with the sjlt release "
+                f"that saved it"
+            )
         if (state["in_features"], state["out_features"]) != (self.in_features, self.out_features):
             raise RuntimeError(
                 f"SparseJL shape mismatch: the state is {state['in_features']} -> {state['out_features']}, "
-                f"this module is {self.in_features} -> {self.out_features}")
+                f"this module is {self.in_features} -> {self.out_features}"
+            )
         self.seed = spec.check_seed(state["seed"])
         self.nnz = spec.resolve_nnz(state["nnz"], self.out_features)
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, seed={self.seed}, "
-                f"nnz={self.nnz}, spec_version={spec.SPEC_VERSION}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, seed={self.seed}, "
+            f"nnz={self.nnz}, spec_version={spec.SPEC_VERSION}"
+        )
 
 
 class SeededDropout(torch.nn.Module):
@@ -121,7 +132,8 @@ class SeededDropout(torch.nn.Module):
             if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
                 raise RuntimeError(
                     f"SeededDropout keeps its seed state on {self._seed_state.device} but the input is on {device}; "
-                    f"move the module with .to({str(device)!r}) before compiling or capturing a CUDA graph")
+                    f"move the module with .to({str(device)!r}) before compiling or capturing a CUDA graph"
+                )
             self._seed_state = self._seed_state.to(device)
         return self._seed_state
 
@@ -130,9 +142,11 @@ class SeededDropout(torch.nn.Module):
 
     def set_extra_state(self, state):
         if state.get("spec_version") not in spec.DROPOUT_SAME_SINCE:
-            raise RuntimeError(f"this SeededDropout state was saved with spec version {state.get('spec_version')}, "
-                               f"but sjlt implements spec version {spec.SPEC_VERSION}; its masks would differ. "
-                               f"Re-create the module with the sjlt version that saved it, or start a new one")
+            raise RuntimeError(
+                f"this SeededDropout state was saved with spec version {state.get('spec_version')}, "
+                f"but sjlt implements spec version {spec.SPEC_VERSION}; its masks would differ. "
+                f"Re-create the module with the sjlt version that saved it, or start a new one"
+            )
         self.p = spec.check_probability(state["p"])
         self.seed = None if state["seed"] is None else spec.check_seed(state["seed"])
         calls = int(state["calls"])
@@ -143,4 +157,3 @@ class SeededDropout(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}, seed={self.seed}"
-

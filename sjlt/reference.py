@@ -6,6 +6,7 @@ arithmetic is done on int64 tensors holding uint32 values, split so that no prod
 This module is the oracle that tests trust: read straight from docs/spec.md, not tuned. Users'
 projections run in ``sjlt.cpu_engine`` (which takes its tables from here) or the Triton kernels.
 """
+
 from __future__ import annotations
 
 import math
@@ -67,8 +68,8 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 # Sparse JL transform
 # --------------------------------------------------------------------------------------------
 
-def sparse_jl_hash(in_features: int, out_features: int, *, seed: int, nnz: int,
-                   column_offset: int = 0, device=None):
+
+def sparse_jl_hash(in_features: int, out_features: int, *, seed: int, nnz: int, column_offset: int = 0, device=None):
     """Rows and signs of the nonzeros of columns [column_offset, column_offset + in_features).
 
     Returns ``rows`` (int64, shape (nnz, in_features)) and ``negative`` (bool, same shape): the
@@ -77,10 +78,8 @@ def sparse_jl_hash(in_features: int, out_features: int, *, seed: int, nnz: int,
     (``spec.is_windowed``); docs/spec.md defines both.
     """
     if spec.is_windowed(out_features, nnz):
-        return _windowed_hash(in_features, out_features, seed=seed, nnz=nnz,
-                              column_offset=column_offset, device=device)
-    return _classic_hash(in_features, out_features, seed=seed, nnz=nnz,
-                         column_offset=column_offset, device=device)
+        return _windowed_hash(in_features, out_features, seed=seed, nnz=nnz, column_offset=column_offset, device=device)
+    return _classic_hash(in_features, out_features, seed=seed, nnz=nnz, column_offset=column_offset, device=device)
 
 
 def _classic_hash(in_features, out_features, *, seed, nnz, column_offset, device):
@@ -105,8 +104,9 @@ def window_rotations(groups: torch.Tensor, windows: int, seed: int, nnz: int) ->
     k0, k1 = spec.philox_key(seed)
     band = torch.arange(spec.band_count(nnz), dtype=torch.int64, device=groups.device)
     groups = groups[:, None]
-    words = _philox_word(philox4x32_10(groups & _MASK32, groups >> 32, band >> 2, spec.DOMAIN_SPARSE_JL_GROUP,
-                                       k0, k1), band & 3)
+    words = _philox_word(
+        philox4x32_10(groups & _MASK32, groups >> 32, band >> 2, spec.DOMAIN_SPARSE_JL_GROUP, k0, k1), band & 3
+    )
     return (words * windows) >> 32
 
 
@@ -119,22 +119,23 @@ def chunk_words(chunks: torch.Tensor, nnz: int, seed: int) -> torch.Tensor:
     16 blocks."""
     k0, k1 = spec.philox_key(seed)
     t = torch.arange(nnz, dtype=torch.int64, device=chunks.device)[:, None]
-    words = _philox_word(philox4x32_10(chunks & _MASK32, chunks >> 32, t >> 2, spec.DOMAIN_SPARSE_JL_WINDOW,
-                                       k0, k1), t & 3)
+    words = _philox_word(
+        philox4x32_10(chunks & _MASK32, chunks >> 32, t >> 2, spec.DOMAIN_SPARSE_JL_WINDOW, k0, k1), t & 3
+    )
     slope, intercept = (words[0] >> 4) & 15, words[0] & 15
     masks = _GF16_PRODUCTS.to(words.device)[slope, t % 16] ^ intercept
     return (words & ~15) | masks
 
 
 # GF(16) products, _GF16_PRODUCTS[a, b] = a * b (spec.gf16_multiply): a lookup, obviously the spec's.
-_GF16_PRODUCTS = torch.tensor([[spec.gf16_multiply(a, b) for b in range(16)] for a in range(16)],
-                              dtype=torch.int64)
+_GF16_PRODUCTS = torch.tensor([[spec.gf16_multiply(a, b) for b in range(16)] for a in range(16)], dtype=torch.int64)
 
 
 def _philox_word(words, lane: torch.Tensor) -> torch.Tensor:
     """Word ``lane`` (0-3, elementwise) of a Philox output: streams that use all four words of a call."""
-    return torch.where(lane == 0, words[0], torch.where(lane == 1, words[1],
-                       torch.where(lane == 2, words[2], words[3])))
+    return torch.where(
+        lane == 0, words[0], torch.where(lane == 1, words[1], torch.where(lane == 2, words[2], words[3]))
+    )
 
 
 def _windowed_hash(in_features, out_features, *, seed, nnz, column_offset, device):
@@ -144,13 +145,28 @@ def _windowed_hash(in_features, out_features, *, seed, nnz, column_offset, devic
     last_chunk = (column_offset + in_features - 1) // spec.WINDOW
     chunks = torch.arange(first_chunk, last_chunk + 1, dtype=torch.int64, device=device)
     groups = torch.arange(first_chunk // windows, last_chunk // windows + 1, dtype=torch.int64, device=device)
-    return windowed_rows(in_features, column_offset, chunk_words(chunks, nnz, seed),
-                         window_rotations(groups, windows, seed, nnz), first_chunk, first_chunk // windows,
-                         out_features, nnz)
+    return windowed_rows(
+        in_features,
+        column_offset,
+        chunk_words(chunks, nnz, seed),
+        window_rotations(groups, windows, seed, nnz),
+        first_chunk,
+        first_chunk // windows,
+        out_features,
+        nnz,
+    )
 
 
-def windowed_rows(in_features: int, column_offset: int, words: torch.Tensor, rotations: torch.Tensor,
-                  chunk_base: int, group_base: int, out_features: int, nnz: int):
+def windowed_rows(
+    in_features: int,
+    column_offset: int,
+    words: torch.Tensor,
+    rotations: torch.Tensor,
+    chunk_base: int,
+    group_base: int,
+    out_features: int,
+    nnz: int,
+):
     """(rows, negative) of the windowed layout for columns [column_offset, column_offset +
     in_features), from the chunk words (nnz, chunks from chunk_base) and the group rotations
     (groups from group_base, bands), as uint32 values in int64. Column j = 16c + i (chunk c,
@@ -169,16 +185,26 @@ def windowed_rows(in_features: int, column_offset: int, words: torch.Tensor, rot
     return rows, negative
 
 
-def sparse_jl_matrix(in_features: int, out_features: int, *, seed: int, nnz: int,
-                     column_offset: int = 0, dtype=torch.float32, device=None) -> torch.Tensor:
+def sparse_jl_matrix(
+    in_features: int,
+    out_features: int,
+    *,
+    seed: int,
+    nnz: int,
+    column_offset: int = 0,
+    dtype=torch.float32,
+    device=None,
+) -> torch.Tensor:
     """S as a coalesced sparse COO tensor of shape (out_features, in_features)."""
-    rows, negative = sparse_jl_hash(in_features, out_features, seed=seed, nnz=nnz,
-                                    column_offset=column_offset, device=device)
+    rows, negative = sparse_jl_hash(
+        in_features, out_features, seed=seed, nnz=nnz, column_offset=column_offset, device=device
+    )
     return sparse_matrix_from_hash(rows, negative, out_features, dtype=dtype)
 
 
-def sparse_matrix_from_hash(rows: torch.Tensor, negative: torch.Tensor, out_features: int, *,
-                            dtype=torch.float32) -> torch.Tensor:
+def sparse_matrix_from_hash(
+    rows: torch.Tensor, negative: torch.Tensor, out_features: int, *, dtype=torch.float32
+) -> torch.Tensor:
     """S as sparse COO from its (rows, negative) table of shape (nnz, in_features)."""
     nnz, in_features = rows.shape
     cols = torch.arange(in_features, device=rows.device).expand(nnz, in_features)
@@ -195,13 +221,17 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _check_matrix(tensor: torch.Tensor, name: str, function: str) -> None:
     if tensor.dim() != 2:
-        raise ValueError(f"{function} takes a 2-D {name} of shape (rows, features), got shape "
-                         f"{tuple(tensor.shape)}; flatten the leading dimensions first "
-                         f"(sjlt.functional does this for you)")
+        raise ValueError(
+            f"{function} takes a 2-D {name} of shape (rows, features), got shape "
+            f"{tuple(tensor.shape)}; flatten the leading dimensions first "
+            f"(sjlt.functional does this for you)"
+        )
     if not tensor.is_floating_point():
-        raise TypeError(f"{function} takes a real floating-point {name}, got {tensor.dtype}; "
-                        f"convert it with .float(), or pass complex data through sjlt.functional, "
-                        f"which projects real and imaginary parts separately")
+        raise TypeError(
+            f"{function} takes a real floating-point {name}, got {tensor.dtype}; "
+            f"convert it with .float(), or pass complex data through sjlt.functional, "
+            f"which projects real and imaginary parts separately"
+        )
 
 
 def _signed_scale(negative: torch.Tensor, nnz: int, dtype: torch.dtype) -> torch.Tensor:
@@ -215,16 +245,17 @@ def _signed_scale(negative: torch.Tensor, nnz: int, dtype: torch.dtype) -> torch
 # +-x[:, j] / sqrt(nnz) to y[:, rows[t, j]]. Simple, differentiable and correct on any device, at
 # the price of an (n, d) temporary per block; users run sjlt.cpu_engine (or the Triton kernels).
 
-def sparse_jl_forward(x: torch.Tensor, out_features: int, *, seed: int, nnz: int,
-                      column_offset: int = 0) -> torch.Tensor:
+
+def sparse_jl_forward(
+    x: torch.Tensor, out_features: int, *, seed: int, nnz: int, column_offset: int = 0
+) -> torch.Tensor:
     """Y = X S^T for a 2-D x (n, d): rows of x projected to out_features, in x's dtype."""
     _check_matrix(x, "x", "sparse_jl_forward")
     acc = accumulation_dtype(x.dtype)
     n, d = x.shape
     if n == 0 or d == 0:
         return torch.zeros(n, out_features, dtype=x.dtype, device=x.device)
-    rows, negative = sparse_jl_hash(d, out_features, seed=seed, nnz=nnz,
-                                    column_offset=column_offset, device=x.device)
+    rows, negative = sparse_jl_hash(d, out_features, seed=seed, nnz=nnz, column_offset=column_offset, device=x.device)
     weights = _signed_scale(negative, nnz, acc)
     y = torch.zeros(n, out_features, dtype=acc, device=x.device)
     for t in range(nnz):
@@ -232,15 +263,17 @@ def sparse_jl_forward(x: torch.Tensor, out_features: int, *, seed: int, nnz: int
     return y.to(x.dtype)
 
 
-def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: int,
-                        column_offset: int = 0) -> torch.Tensor:
+def sparse_jl_transpose(
+    y: torch.Tensor, in_features: int, *, seed: int, nnz: int, column_offset: int = 0
+) -> torch.Tensor:
     """Z = Y S for a 2-D y (n, k): the adjoint of :func:`sparse_jl_forward`, in y's dtype."""
     _check_matrix(y, "y", "sparse_jl_transpose")
     acc = accumulation_dtype(y.dtype)
     if y.shape[0] == 0 or in_features == 0:
         return torch.zeros(y.shape[0], in_features, dtype=y.dtype, device=y.device)
-    rows, negative = sparse_jl_hash(in_features, y.shape[1], seed=seed, nnz=nnz,
-                                    column_offset=column_offset, device=y.device)
+    rows, negative = sparse_jl_hash(
+        in_features, y.shape[1], seed=seed, nnz=nnz, column_offset=column_offset, device=y.device
+    )
     weights = _signed_scale(negative, nnz, acc)
     z = torch.zeros(y.shape[0], in_features, dtype=acc, device=y.device)
     for t in range(nnz):
@@ -251,6 +284,7 @@ def sparse_jl_transpose(y: torch.Tensor, in_features: int, *, seed: int, nnz: in
 # --------------------------------------------------------------------------------------------
 # Seeded dropout
 # --------------------------------------------------------------------------------------------
+
 
 def dropout_keep_mask(shape, p: float, *, seed, device=None) -> torch.Tensor:
     """The keep mask of seeded dropout: bool tensor of ``shape``.
@@ -278,8 +312,7 @@ def dropout_keep_mask(shape, p: float, *, seed, device=None) -> torch.Tensor:
         numel = math.prod(shape)
         index = torch.arange(numel, dtype=torch.int64, device=device)
     group = index >> 2
-    words = philox4x32_10(group & _MASK32, group >> 32, torch.zeros_like(group),
-                          spec.DOMAIN_DROPOUT, k0, k1)
+    words = philox4x32_10(group & _MASK32, group >> 32, torch.zeros_like(group), spec.DOMAIN_DROPOUT, k0, k1)
     word = _philox_word(words, index & 3)
     return (word >= threshold).reshape(shape)
 

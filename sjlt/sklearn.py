@@ -7,6 +7,7 @@ verbatim by ``__init__`` and checked in ``fit``; inputs are checked with scikit-
 (the package's one host<->device pipeline), dask arrays by :mod:`sjlt.io.blocks`, and the device
 follows :mod:`sjlt._device`.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -106,8 +107,10 @@ def _check_tensor(X: torch.Tensor, estimator, *, reset: bool | None) -> torch.Te
     dtype and device.
     """
     if X.layout != torch.strided:
-        raise TypeError(f"{type(estimator).__name__} takes dense torch tensors, got layout "
-                        f"{X.layout}; call .to_dense() first, or pass a scipy.sparse matrix")
+        raise TypeError(
+            f"{type(estimator).__name__} takes dense torch tensors, got layout "
+            f"{X.layout}; call .to_dense() first, or pass a scipy.sparse matrix"
+        )
     proxy = _shape_proxy(X.shape, _numpy_dtype_of(X))
     if reset is None:
         check_array(proxy, dtype=None, ensure_all_finite=False, estimator=estimator)
@@ -128,20 +131,19 @@ def _check_dask_array(X, estimator, *, reset: bool) -> None:
     if X.ndim != 2:
         raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape} instead")
     if not np.isfinite(X.shape[1]):
-        raise ValueError("this dask array does not know its number of columns: call "
-                         "X.compute_chunk_sizes() first")
-    validate_data(estimator, _shape_proxy((1, X.shape[1]), X.dtype), dtype=None,
-                  ensure_all_finite=False, reset=reset)
+        raise ValueError("this dask array does not know its number of columns: call X.compute_chunk_sizes() first")
+    validate_data(estimator, _shape_proxy((1, X.shape[1]), X.dtype), dtype=None, ensure_all_finite=False, reset=reset)
 
 
 def _parameter_error(estimator, name: str, expected: str, error=ValueError):
     """The error of a bad constructor parameter, worded as scikit-learn words its own."""
-    return error(f"The {name!r} parameter of {type(estimator).__name__} must be {expected}. "
-                 f"Got {getattr(estimator, name)!r} instead.")
+    return error(
+        f"The {name!r} parameter of {type(estimator).__name__} must be {expected}. "
+        f"Got {getattr(estimator, name)!r} instead."
+    )
 
 
-def _check_int(estimator, name: str, *, low: int, allow_none: bool = False,
-               also: str = "") -> None:
+def _check_int(estimator, name: str, *, low: int, allow_none: bool = False, also: str = "") -> None:
     value = getattr(estimator, name)
     if allow_none and value is None:
         return
@@ -225,8 +227,17 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     for NaN or inf, which would compute it.
     """
 
-    def __init__(self, n_components="auto", *, eps=0.1, nnz=None, random_state=None,
-                 dense_output=True, device="auto", batch_size=None):
+    def __init__(
+        self,
+        n_components="auto",
+        *,
+        eps=0.1,
+        nnz=None,
+        random_state=None,
+        dense_output=True,
+        device="auto",
+        batch_size=None,
+    ):
         self.n_components = n_components
         self.eps = eps
         self.nnz = nnz
@@ -259,9 +270,11 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             _check_dask_array(X, self, reset=True)
             n_samples, n_features = X.shape
             if self.n_components == "auto" and not np.isfinite(n_samples):
-                raise ValueError("n_components='auto' needs the number of rows, which this dask "
-                                 "array does not know: call X.compute_chunk_sizes() first, or "
-                                 "pass an int n_components")
+                raise ValueError(
+                    "n_components='auto' needs the number of rows, which this dask "
+                    "array does not know: call X.compute_chunk_sizes() first, or "
+                    "pass an int n_components"
+                )
         else:
             X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
             n_samples, n_features = X.shape
@@ -279,8 +292,7 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         convention: ``set_params`` and clones must not validate)."""
         if not (isinstance(self.n_components, str) and self.n_components == "auto"):
             _check_int(self, "n_components", low=1, also=' or "auto"')
-        if (isinstance(self.eps, bool) or not isinstance(self.eps, numbers.Real)
-                or not self.eps > 0):
+        if isinstance(self.eps, bool) or not isinstance(self.eps, numbers.Real) or not self.eps > 0:
             raise _parameter_error(self, "eps", "a float > 0")
         _check_int(self, "nnz", low=1, allow_none=True)
         _check_random_state(self)
@@ -301,12 +313,15 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             n_samples = int(n_samples)
             k = int(johnson_lindenstrauss_min_dim(n_samples=n_samples, eps=self.eps))
             if k <= 0:
-                raise ValueError(f"eps={self.eps:f} and n_samples={n_samples} lead to a target "
-                                 f"dimension of {k} which is invalid")
+                raise ValueError(
+                    f"eps={self.eps:f} and n_samples={n_samples} lead to a target dimension of {k} which is invalid"
+                )
             if k > n_features:
-                raise ValueError(f"eps={self.eps:f} and n_samples={n_samples} lead to a target "
-                                 f"dimension of {k} which is larger than the original space with "
-                                 f"n_features={n_features}")
+                raise ValueError(
+                    f"eps={self.eps:f} and n_samples={n_samples} lead to a target "
+                    f"dimension of {k} which is larger than the original space with "
+                    f"n_features={n_features}"
+                )
             return k
         if self.n_components > n_features:
             # SparseRandomProjection's text verbatim (missing space included), so that warning
@@ -335,12 +350,12 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         # inspect.getmembers on every notebook display: both would build S. Same filter, minus S.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
-            return [name for name in object.__dir__(self)
-                    if name != "components_" and hasattr(self, name)]
+            return [name for name in object.__dir__(self) if name != "components_" and hasattr(self, name)]
 
     def _scipy_matrix(self, dtype, *, sparray: bool | None = None):
-        S = F.sparse_jl_matrix(self.n_features_in_, self.n_components_, seed=self.seed_,
-                               nnz=self.nnz_, dtype=torch.float64)
+        S = F.sparse_jl_matrix(
+            self.n_features_in_, self.n_components_, seed=self.seed_, nnz=self.nnz_, dtype=torch.float64
+        )
         rows, cols = S.indices().numpy()
         values = S.values().numpy().astype(dtype, copy=False)
         if sparray is None:
@@ -375,8 +390,9 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         # of the projection's time) and checks the 4x smaller output instead: every column of S
         # has nnz >= 1 nonzeros, so a NaN or inf anywhere in X reaches the output. Only then is X
         # itself checked, so the error is sklearn's standard one.
-        X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32],
-                          reset=False, ensure_all_finite=False)
+        X = validate_data(
+            self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], reset=False, ensure_all_finite=False
+        )
         if sp.issparse(X):
             assert_all_finite(X, estimator_name=type(self).__name__, input_name="X")
             return self._transform_sparse(X)
@@ -384,8 +400,10 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         # The sum is a fast screen; a large finite output can sum to inf, so confirm per entry.
         if not np.isfinite(projected.sum()) and not np.isfinite(projected).all():
             assert_all_finite(X, estimator_name=type(self).__name__, input_name="X")
-            raise ValueError(f"{type(self).__name__}: the projection of X overflowed {X.dtype} "
-                             f"although X is finite; pass float64 data")
+            raise ValueError(
+                f"{type(self).__name__}: the projection of X overflowed {X.dtype} "
+                f"although X is finite; pass float64 data"
+            )
         return projected
 
     def _transform_sparse(self, X):
@@ -397,8 +415,9 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
 
     def _transform_dense(self, X: np.ndarray) -> np.ndarray:
         device = resolve_device(self.device, gpu_worthwhile=X.size >= _GPU_MIN_ELEMENTS)
-        return project_rows(X, self.n_components_, seed=self.seed_, nnz=self.nnz_, device=device,
-                            rows_per_chunk=self.batch_size)
+        return project_rows(
+            X, self.n_components_, seed=self.seed_, nnz=self.nnz_, device=device, rows_per_chunk=self.batch_size
+        )
 
     def _transform_dask(self, X):
         _check_dask_array(X, self, reset=False)
@@ -407,8 +426,9 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
                 raise ValueError("Complex data not supported")
             X = X.astype(np.float64)
         # A name, resolved by each task on its own worker ('auto': that worker's GPU, if any).
-        return map_row_blocks(X, self.n_components_, seed=self.seed_, nnz=self.nnz_,
-                              device=str(check_device(self.device)))
+        return map_row_blocks(
+            X, self.n_components_, seed=self.seed_, nnz=self.nnz_, device=str(check_device(self.device))
+        )
 
     # ---------------------------------------------------------------------------------------
     # Back to the input space
@@ -477,8 +497,10 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         else:
             X = check_array(X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
         if X.shape[1] != self.n_components_:
-            raise ValueError(f"X has {X.shape[1]} components, but {type(self).__name__} is "
-                             f"expecting {self.n_components_} components as input.")
+            raise ValueError(
+                f"X has {X.shape[1]} components, but {type(self).__name__} is "
+                f"expecting {self.n_components_} components as input."
+            )
         return X
 
     def _adjoint(self, y: torch.Tensor, original):
@@ -549,8 +571,7 @@ class FeatureDropout(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
 
     def _fit(self, X) -> np.ndarray:
-        if (isinstance(self.p, bool) or not isinstance(self.p, numbers.Real)
-                or not 0 <= self.p <= 1):
+        if isinstance(self.p, bool) or not isinstance(self.p, numbers.Real) or not 0 <= self.p <= 1:
             raise _parameter_error(self, "p", "a float in the range [0, 1]")
         _check_random_state(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32])

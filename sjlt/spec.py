@@ -3,6 +3,7 @@
 ``docs/spec.md`` is the prose version of this module; the two change together, and any change
 to how (seed, index) becomes rows, signs or keep-bits bumps :data:`SPEC_VERSION`.
 """
+
 from __future__ import annotations
 
 import math
@@ -159,8 +160,7 @@ def resolve_nnz(nnz, out_features: int) -> int:
         raise TypeError(f"nnz must be an int or None, got {type(nnz).__name__}")
     if not 1 <= nnz <= out_features:
         raise ValueError(
-            f"nnz must lie in [1, out_features={out_features}], got {nnz}; "
-            f"each column has nnz distinct nonzero rows"
+            f"nnz must lie in [1, out_features={out_features}], got {nnz}; each column has nnz distinct nonzero rows"
         )
     return int(nnz)
 
@@ -174,8 +174,10 @@ def block_start(t: int, out_features: int, nnz: int) -> int:
 def check_row_seeds(seeds_shape: tuple, input_shape: tuple) -> None:
     """Raises ValueError unless one seed per row (a 1-D seeds_shape) matches a 2-D input_shape."""
     if len(input_shape) != 2 or tuple(seeds_shape) != (input_shape[0],):
-        raise ValueError(f"a 1-D seed tensor needs a 2-D input with one seed per row: the input has shape "
-                         f"{tuple(input_shape)}, the seeds shape {tuple(seeds_shape)}")
+        raise ValueError(
+            f"a 1-D seed tensor needs a 2-D input with one seed per row: the input has shape "
+            f"{tuple(input_shape)}, the seeds shape {tuple(seeds_shape)}"
+        )
 
 
 def dropout_threshold(p: float) -> int:

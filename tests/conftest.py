@@ -4,6 +4,7 @@ Kernel tests take the ``kernel_device`` fixture: "cuda" on a GPU machine, else "
 Triton kernels under TRITON_INTERPRET=1 (set here, before anything imports triton kernels).
 The same test file therefore covers both, with no second copy of any test.
 """
+
 import os
 
 import pytest
@@ -31,6 +32,7 @@ def kernel_device() -> str:
 @pytest.fixture(autouse=True)
 def poison_outputs(monkeypatch):
     """Every kernel output starts as NaN (floats) or -1 (integers): unwritten elements show up."""
+
     def poisoned(shape, dtype, device):
         fill = float("nan") if dtype.is_floating_point else -1
         return torch.full(shape, fill, dtype=dtype, device=device)

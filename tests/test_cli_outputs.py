@@ -1,5 +1,6 @@
 """The batch path loses nothing: the overwrite rule, exclusive creation, size checks up front,
 malformed .npy headers, evaluate's outputs, and no empty directories left by a failure."""
+
 from __future__ import annotations
 
 import json
@@ -15,13 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_cli_helpers import assert_one_error_line, assert_projection_equal, digest, leftovers, random_rows, run_cli
 
 import sjlt
 from sjlt import _memory
 from sjlt.io import project as project_module
 from sjlt.io.npy import NpySink
 from sjlt.io.project import Settings, project_file
-from test_cli_helpers import assert_one_error_line, assert_projection_equal, digest, leftovers, random_rows, run_cli
 
 
 def write_shard(path, rows: int = 30, features: int = 12) -> None:
@@ -37,17 +38,24 @@ def sidecar_seed(path) -> int:
 # 1. --overwrite replaces only files sjlt wrote
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_unquoted_glob_of_two_shards_never_replaces_the_second_shard(tmp_path, capsys, overwrite):
     """`sjlt project shards/*.parquet out --dim 8` with two shards: INPUT part-0, OUTPUT part-1."""
     write_shard(tmp_path / "part-0.parquet")
     write_shard(tmp_path / "part-1.parquet")
     before = digest(tmp_path / "part-1.parquet")
-    code, _, err = run_cli(capsys, "project", tmp_path / "part-0.parquet", tmp_path / "part-1.parquet",
-                           "--dim", 8, *(["--overwrite"] if overwrite else []))
+    code, _, err = run_cli(
+        capsys,
+        "project",
+        tmp_path / "part-0.parquet",
+        tmp_path / "part-1.parquet",
+        "--dim",
+        8,
+        *(["--overwrite"] if overwrite else []),
+    )
     assert code == 1
-    assert_one_error_line(err, "not written by sjlt", "unquoted glob", "quote the pattern",
-                          f"'{tmp_path}/*.parquet'")
+    assert_one_error_line(err, "not written by sjlt", "unquoted glob", "quote the pattern", f"'{tmp_path}/*.parquet'")
     assert "pass --overwrite" not in err
     assert digest(tmp_path / "part-1.parquet") == before
     assert sorted(os.listdir(tmp_path)) == ["part-0.parquet", "part-1.parquet"]
@@ -72,16 +80,16 @@ def test_overwrite_replaces_an_earlier_sjlt_output(tmp_path, capsys):
         code, _, err = run_cli(capsys, "project", tmp_path / source, tmp_path / out, "--dim", 4, "--seed", 2)
         assert code == 1
         assert_one_error_line(err, "already exists (an earlier sjlt output)", "pass --overwrite")
-        code, _, err = run_cli(capsys, "project", tmp_path / source, tmp_path / out, "--dim", 4,
-                               "--seed", 2, "--overwrite", "-q")
+        code, _, err = run_cli(
+            capsys, "project", tmp_path / source, tmp_path / out, "--dim", 4, "--seed", 2, "--overwrite", "-q"
+        )
         assert code == 0, err
     assert sidecar_seed(tmp_path / "out.npy") == 2
     assert json.loads(pq.read_schema(tmp_path / "out.parquet").metadata[b"sjlt"])["seed"] == 2
     assert leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("case", ["no sidecar", "foreign sidecar", "sidecar of another shape",
-                                  "foreign sidecar only"])
+@pytest.mark.parametrize("case", ["no sidecar", "foreign sidecar", "sidecar of another shape", "foreign sidecar only"])
 def test_npy_without_a_matching_sjlt_record_is_never_replaced(tmp_path, capsys, case):
     np.save(tmp_path / "in.npy", random_rows(20, 8))
     user = tmp_path / "data" / "out.npy"
@@ -104,8 +112,9 @@ def test_npy_without_a_matching_sjlt_record_is_never_replaced(tmp_path, capsys, 
 def test_evaluate_follows_the_same_overwrite_rule(tmp_path, capsys):
     np.save(tmp_path / "emb.npy", random_rows(60, 16))
     (tmp_path / "mine.json").write_text('{"my": "notes"}')
-    code, out, err = run_cli(capsys, "evaluate", tmp_path / "emb.npy", "--dims", 4, "--json",
-                             tmp_path / "mine.json", "--overwrite")
+    code, out, err = run_cli(
+        capsys, "evaluate", tmp_path / "emb.npy", "--dims", 4, "--json", tmp_path / "mine.json", "--overwrite"
+    )
     assert code == 1 and out == ""
     assert_one_error_line(err, "--json", "not written by sjlt")
     assert (tmp_path / "mine.json").read_text() == '{"my": "notes"}'
@@ -124,6 +133,7 @@ def test_evaluate_follows_the_same_overwrite_rule(tmp_path, capsys):
 # ----------------------------------------------------------------------------------------------
 # 2. exactly one run creates an output; --overwrite gives one complete output
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("suffix", [".npy", ".parquet"])
 def test_output_created_by_another_run_meanwhile_is_left_alone(tmp_path, capsys, monkeypatch, suffix):
@@ -144,8 +154,9 @@ def test_output_created_by_another_run_meanwhile_is_left_alone(tmp_path, capsys,
     assert_one_error_line(err, "appeared while this run was writing it", "--overwrite")
     if suffix == ".npy":
         assert sidecar_seed(target) == 7  # the other run's data and the other run's sidecar
-        assert_projection_equal(np.load(target), sjlt.sparse_jl(
-            torch.from_numpy(np.load(tmp_path / "in.npy")), 4, seed=7).numpy())
+        assert_projection_equal(
+            np.load(target), sjlt.sparse_jl(torch.from_numpy(np.load(tmp_path / "in.npy")), 4, seed=7).numpy()
+        )
     else:
         assert json.loads(pq.read_schema(target).metadata[b"sjlt"])["seed"] == 7
     assert leftovers(tmp_path) == []
@@ -153,10 +164,21 @@ def test_output_created_by_another_run_meanwhile_is_left_alone(tmp_path, capsys,
 
 def _concurrent_runs(tmp_path, extra):
     np.save(tmp_path / "in.npy", random_rows(20_000, 64))
-    command = [sys.executable, "-m", "sjlt", "project", str(tmp_path / "in.npy"),
-               str(tmp_path / "out.npy"), "--dim", "16", "--batch-rows", "2000", "-q", *extra]
-    runs = [subprocess.Popen(command + ["--seed", str(seed)], stderr=subprocess.PIPE, text=True)
-            for seed in (1, 2)]
+    command = [
+        sys.executable,
+        "-m",
+        "sjlt",
+        "project",
+        str(tmp_path / "in.npy"),
+        str(tmp_path / "out.npy"),
+        "--dim",
+        "16",
+        "--batch-rows",
+        "2000",
+        "-q",
+        *extra,
+    ]
+    runs = [subprocess.Popen(command + ["--seed", str(seed)], stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
     return [(run.wait(timeout=120), run.stderr.read()) for run in runs]
 
 
@@ -203,17 +225,19 @@ def test_overwrite_commits_of_two_runs_never_interleave(tmp_path, capsys, monkey
         def replace(source, destination):
             os.replace(source, destination)
             if str(destination) == str(target) and "thread" not in other:
+
                 def run_a():
-                    other["result"] = project_file(tmp_path / "in.npy", target,
-                                                  Settings(out_features=4, seed=7, overwrite=True))
+                    other["result"] = project_file(
+                        tmp_path / "in.npy", target, Settings(out_features=4, seed=7, overwrite=True)
+                    )
+
                 other["thread"] = threading.Thread(target=run_a)
                 other["thread"].start()
                 other["thread"].join(timeout=3)
                 other["finished_inside_b"] = not other["thread"].is_alive()
 
     monkeypatch.setattr(atomic, "os", HookedOs())
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", target, "--dim", 4, "--seed", 1,
-                           "--overwrite", "-q")
+    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", target, "--dim", 4, "--seed", 1, "--overwrite", "-q")
     other["thread"].join(timeout=60)
     assert code == 0, err
     assert "result" in other and not other["finished_inside_b"]
@@ -226,6 +250,7 @@ def test_overwrite_commits_of_two_runs_never_interleave(tmp_path, capsys, monkey
 # ----------------------------------------------------------------------------------------------
 # 3. oversized requests are refused up front, naming the size and the flag
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def small_ram(monkeypatch):
@@ -245,8 +270,9 @@ def test_huge_dim_is_refused_before_allocating(tmp_path, capsys):
 
 def test_batch_rows_larger_than_memory_is_refused(tmp_path, capsys, small_ram):
     np.save(tmp_path / "in.npy", random_rows(20_000, 64))  # 5 MB, but 1.7 GB of outputs in flight
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4096,
-                           "--batch-rows", 20_000)
+    code, _, err = run_cli(
+        capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4096, "--batch-rows", 20_000
+    )
     assert code == 1
     assert_one_error_line(err, "--batch-rows", "1.0 GiB available", "or fewer")
     assert sorted(os.listdir(tmp_path)) == ["in.npy"]
@@ -284,8 +310,9 @@ def test_evaluate_sample_below_the_minimum_names_sample(tmp_path, capsys):
     assert "--sample 5 is too small" in err and "--sample 11" in err
 
 
-@pytest.mark.parametrize("function, name", [(sjlt.sparse_jl, "out_features"),
-                                            (sjlt.sparse_jl_transpose, "in_features")])
+@pytest.mark.parametrize(
+    "function, name", [(sjlt.sparse_jl, "out_features"), (sjlt.sparse_jl_transpose, "in_features")]
+)
 def test_python_api_refuses_an_output_larger_than_the_device(function, name):
     x = torch.randn(3, 8)
     with pytest.raises(MemoryError, match=f"{name}=1,000,000,000,000") as error:
@@ -297,13 +324,18 @@ def test_python_api_refuses_an_output_larger_than_the_device(function, name):
 # 4. malformed .npy headers are bad input
 # ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape, fragments", [(b"(-2, 4)", ("negative dimension", "numpy.save")),
-                                              (b"( 5, 4)", ("does not match its header", "80 more"))])
+
+@pytest.mark.parametrize(
+    "shape, fragments",
+    [(b"(-2, 4)", ("negative dimension", "numpy.save")), (b"( 5, 4)", ("does not match its header", "80 more"))],
+)
 def test_npy_header_that_lies_about_its_shape(tmp_path, capsys, shape, fragments):
     np.save(tmp_path / "good.npy", random_rows(10, 4))
     (tmp_path / "bad.npy").write_bytes((tmp_path / "good.npy").read_bytes().replace(b"(10, 4)", shape))
-    for command in (["project", tmp_path / "bad.npy", tmp_path / "out.npy", "--dim", 2],
-                    ["evaluate", tmp_path / "bad.npy", "--dims", 2, "--neighbors", 2]):
+    for command in (
+        ["project", tmp_path / "bad.npy", tmp_path / "out.npy", "--dim", 2],
+        ["evaluate", tmp_path / "bad.npy", "--dims", 2, "--neighbors", 2],
+    ):
         code, _, err = run_cli(capsys, *command)
         assert code == 1
         assert_one_error_line(err, "bad.npy", *fragments)
@@ -314,17 +346,22 @@ def test_npy_header_that_lies_about_its_shape(tmp_path, capsys, shape, fragments
 # 5. evaluate checks its outputs before any work
 # ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flags, fragments", [
-    (["--plot", "nodir/x.png"], ("--plot", "does not exist", "create it first")),
-    (["--json", "nodir/x.json"], ("--json", "does not exist")),
-    (["--plot", "x.txt"], ("--plot", ".txt", ".png, .svg or .pdf")),
-    (["--plot", "x.png", "--json", "x.png"], ("same file",)),
-])
+
+@pytest.mark.parametrize(
+    "flags, fragments",
+    [
+        (["--plot", "nodir/x.png"], ("--plot", "does not exist", "create it first")),
+        (["--json", "nodir/x.json"], ("--json", "does not exist")),
+        (["--plot", "x.txt"], ("--plot", ".txt", ".png, .svg or .pdf")),
+        (["--plot", "x.png", "--json", "x.png"], ("same file",)),
+    ],
+)
 def test_evaluate_refuses_bad_output_paths_before_computing(tmp_path, capsys, monkeypatch, flags, fragments):
     np.save(tmp_path / "emb.npy", random_rows(60, 16))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("sjlt.cli.evaluate.evaluate_sample",
-                        lambda *a, **k: pytest.fail("computed before checking the outputs"))
+    monkeypatch.setattr(
+        "sjlt.cli.evaluate.evaluate_sample", lambda *a, **k: pytest.fail("computed before checking the outputs")
+    )
     code, out, err = run_cli(capsys, "evaluate", "emb.npy", "--dims", 4, *flags)
     assert code == 1 and out == ""
     assert_one_error_line(err, *fragments)
@@ -344,6 +381,7 @@ def test_evaluate_plot_formats_carry_the_sjlt_mark(tmp_path, capsys, suffix):
 # 6. a failed directory run leaves no empty directory
 # ----------------------------------------------------------------------------------------------
 
+
 def test_failed_directory_runs_leave_no_directory(tmp_path, capsys, monkeypatch):
     (tmp_path / "in").mkdir()
     write_shard(tmp_path / "in" / "a.parquet")
@@ -357,8 +395,16 @@ def test_failed_directory_runs_leave_no_directory(tmp_path, capsys, monkeypatch)
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code, _, err = run_cli(capsys, "project", tmp_path / "in", tmp_path / "out" / "deep", "--dim", 4,
-                           "--scheduler", f"tcp://127.0.0.1:{port}")
+    code, _, err = run_cli(
+        capsys,
+        "project",
+        tmp_path / "in",
+        tmp_path / "out" / "deep",
+        "--dim",
+        4,
+        "--scheduler",
+        f"tcp://127.0.0.1:{port}",
+    )
     assert code == 1 and ("Dask scheduler" in err or "dask.distributed" in err), err
     assert not (tmp_path / "out").exists()
 

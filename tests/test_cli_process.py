@@ -1,4 +1,5 @@
 """``sjlt project`` as a real process: signals, bounded memory, the progress bar on a terminal."""
+
 from __future__ import annotations
 
 import fcntl
@@ -13,7 +14,6 @@ import time
 
 import numpy as np
 import pytest
-
 from test_cli_helpers import digest, leftovers
 
 _CLI = [sys.executable, "-m", "sjlt", "project"]
@@ -49,9 +49,12 @@ def _wait_for_progress(directory, process, min_bytes: int, timeout: float = 60.0
 def test_signal_mid_run_leaves_no_output_and_no_temporary(tmp_path, signum):
     _write_large_npy(tmp_path / "in.npy", 200_000, 64)
     before = digest(tmp_path / "in.npy")
-    process = subprocess.Popen(_CLI + [str(tmp_path / "in.npy"), str(tmp_path / "out.npy"),
-                                       "--dim", "16", "--batch-rows", "400"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        _CLI + [str(tmp_path / "in.npy"), str(tmp_path / "out.npy"), "--dim", "16", "--batch-rows", "400"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_progress(tmp_path, process, min_bytes=64 * 1024)
         process.send_signal(signum)
@@ -79,8 +82,7 @@ sys.exit(code)
 
 
 def _peak_rss_bytes(cli_args) -> int:
-    done = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, "project"] + cli_args,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, "project"] + cli_args, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return int(done.stdout.split()[-1])
 
@@ -109,9 +111,12 @@ def test_progress_bar_shows_on_a_terminal_only(tmp_path):
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
     try:
-        process = subprocess.Popen(_CLI + [str(tmp_path / "in.npy"), str(tmp_path / "out.npy"),
-                                           "--dim", "8", "--batch-rows", "1000"],
-                                   stdout=subprocess.PIPE, stderr=terminal, text=True)
+        process = subprocess.Popen(
+            _CLI + [str(tmp_path / "in.npy"), str(tmp_path / "out.npy"), "--dim", "8", "--batch-rows", "1000"],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+        )
         os.close(terminal)
         shown = b""
         while True:

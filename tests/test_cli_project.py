@@ -1,4 +1,5 @@
 """``sjlt project`` in-process: formats, dtypes, metadata, collections, overwrite, errors."""
+
 from __future__ import annotations
 
 import errno
@@ -11,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_cli_helpers import assert_one_error_line, assert_projection_equal, digest, leftovers, random_rows, run_cli
 
 import sjlt
 from sjlt.io import npy as npy_module
 from sjlt.io.provenance import read_provenance
-from test_cli_helpers import assert_one_error_line, assert_projection_equal, digest, leftovers, random_rows, run_cli
 
 
 def expected(x: np.ndarray, k: int, seed: int, nnz=None) -> np.ndarray:
@@ -30,12 +31,25 @@ def parquet_matrix(path, column: str) -> np.ndarray:
 # .npy
 # ----------------------------------------------------------------------------------------------
 
+
 def test_npy_in_batches_matches_in_memory_projection_and_records_settings(tmp_path, capsys):
     x = random_rows(1000, 48)
     np.save(tmp_path / "in.npy", x)
     before = digest(tmp_path / "in.npy")
-    code, out, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy",
-                             "--dim", 20, "--seed", 123, "--nnz", 3, "--batch-rows", 97)
+    code, out, err = run_cli(
+        capsys,
+        "project",
+        tmp_path / "in.npy",
+        tmp_path / "out.npy",
+        "--dim",
+        20,
+        "--seed",
+        123,
+        "--nnz",
+        3,
+        "--batch-rows",
+        97,
+    )
     assert code == 0, err
     y = np.load(tmp_path / "out.npy")
     assert y.dtype == np.float32 and y.shape == (1000, 20)
@@ -53,8 +67,9 @@ def test_npy_in_batches_matches_in_memory_projection_and_records_settings(tmp_pa
 def test_output_keeps_the_input_dtype(tmp_path, capsys, dtype):
     x = random_rows(300, 32, dtype)
     np.save(tmp_path / "in.npy", x)
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 8,
-                           "--batch-rows", 64, "--quiet")
+    code, _, err = run_cli(
+        capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 8, "--batch-rows", 64, "--quiet"
+    )
     assert code == 0, err
     y = np.load(tmp_path / "out.npy")
     assert y.dtype == dtype
@@ -64,8 +79,9 @@ def test_output_keeps_the_input_dtype(tmp_path, capsys, dtype):
 def test_dtype_flag_projects_in_the_wider_type_then_casts(tmp_path, capsys):
     x = random_rows(200, 32, np.float64)
     np.save(tmp_path / "in.npy", x)
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 8,
-                           "--dtype", "float16", "--quiet")
+    code, _, err = run_cli(
+        capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 8, "--dtype", "float16", "--quiet"
+    )
     assert code == 0, err
     y = np.load(tmp_path / "out.npy")
     assert y.dtype == np.float16
@@ -80,8 +96,17 @@ def test_fortran_order_big_endian_and_3d_inputs(tmp_path, capsys):
     np.save(tmp_path / "big.npy", x.astype(">f4"))
     np.save(tmp_path / "cube.npy", x.reshape(10, 15, 24))
     for name in ("fortran", "big", "cube"):
-        code, _, err = run_cli(capsys, "project", tmp_path / f"{name}.npy",
-                               tmp_path / f"{name}_out.npy", "--dim", 6, "--batch-rows", 40, "--quiet")
+        code, _, err = run_cli(
+            capsys,
+            "project",
+            tmp_path / f"{name}.npy",
+            tmp_path / f"{name}_out.npy",
+            "--dim",
+            6,
+            "--batch-rows",
+            40,
+            "--quiet",
+        )
         assert code == 0, err
     assert_projection_equal(np.load(tmp_path / "fortran_out.npy"), expected(x, 6, 0))
     assert_projection_equal(np.load(tmp_path / "big_out.npy"), expected(x, 6, 0))
@@ -93,8 +118,11 @@ def test_fortran_order_big_endian_and_3d_inputs(tmp_path, capsys):
 def test_python_dash_m_runs_the_same_command(tmp_path):
     x = random_rows(64, 16)
     np.save(tmp_path / "in.npy", x)
-    done = subprocess.run([sys.executable, "-m", "sjlt", "project", str(tmp_path / "in.npy"),
-                           str(tmp_path / "out.npy"), "--dim", "4"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "sjlt", "project", str(tmp_path / "in.npy"), str(tmp_path / "out.npy"), "--dim", "4"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no progress bar off a terminal, and no library warnings
     assert done.stdout.startswith("sjlt: projected 64 rows, 16 -> 4 dims")
@@ -111,14 +139,22 @@ def test_quiet_prints_nothing(tmp_path, capsys):
 # parquet
 # ----------------------------------------------------------------------------------------------
 
+
 def embedding_table(x: np.ndarray, fixed: bool) -> pa.Table:
     values = pa.array(x.reshape(-1))
-    column = (pa.FixedSizeListArray.from_arrays(values, x.shape[1]) if fixed
-              else pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, x.shape[1], dtype=np.int32)), values))
+    column = (
+        pa.FixedSizeListArray.from_arrays(values, x.shape[1])
+        if fixed
+        else pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, x.shape[1], dtype=np.int32)), values)
+    )
     rng = np.random.default_rng()
-    return pa.table({"id": pa.array(rng.integers(0, 10**9, len(x))),
-                     "text": pa.array([f"doc {i}" for i in range(len(x))]),
-                     "emb": column}).replace_schema_metadata({b"owner": b"test"})
+    return pa.table(
+        {
+            "id": pa.array(rng.integers(0, 10**9, len(x))),
+            "text": pa.array([f"doc {i}" for i in range(len(x))]),
+            "emb": column,
+        }
+    ).replace_schema_metadata({b"owner": b"test"})
 
 
 @pytest.mark.parametrize("fixed", [False, True])
@@ -127,8 +163,18 @@ def test_parquet_carries_other_columns_and_records_settings(tmp_path, capsys, fi
     table = embedding_table(x, fixed)
     pq.write_table(table, tmp_path / "in.parquet", row_group_size=150)
     before = digest(tmp_path / "in.parquet")
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.parquet", tmp_path / "out.parquet",
-                           "--dim", 12, "--seed", 9, "--batch-rows", 64)
+    code, _, err = run_cli(
+        capsys,
+        "project",
+        tmp_path / "in.parquet",
+        tmp_path / "out.parquet",
+        "--dim",
+        12,
+        "--seed",
+        9,
+        "--batch-rows",
+        64,
+    )
     assert code == 0, err
     result = pq.read_table(tmp_path / "out.parquet")
     assert result.column_names == ["id", "text", "emb"]
@@ -149,8 +195,9 @@ def test_parquet_column_flag_picks_among_several(tmp_path, capsys):
     code, _, err = run_cli(capsys, "project", tmp_path / "in.parquet", tmp_path / "out.parquet", "--dim", 3)
     assert code == 1
     assert_one_error_line(err, "several embedding columns", "--column")
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.parquet", tmp_path / "out.parquet",
-                           "--dim", 3, "--column", "b", "-q")
+    code, _, err = run_cli(
+        capsys, "project", tmp_path / "in.parquet", tmp_path / "out.parquet", "--dim", 3, "--column", "b", "-q"
+    )
     assert code == 0, err
     assert_projection_equal(parquet_matrix(tmp_path / "out.parquet", "b"), expected(other, 3, 0))
     np.testing.assert_array_equal(parquet_matrix(tmp_path / "out.parquet", "a"), x)
@@ -164,12 +211,12 @@ def test_npy_to_parquet_and_parquet_to_npy(tmp_path, capsys):
     assert pq.read_schema(tmp_path / "mid.parquet").field("embedding").type == pa.list_(pa.float64(), 5)
     assert_projection_equal(parquet_matrix(tmp_path / "mid.parquet", "embedding"), expected(x, 5, 0))
 
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "named.parquet", "--dim", 5,
-                           "--column", "vector", "-q")
+    code, _, err = run_cli(
+        capsys, "project", tmp_path / "in.npy", tmp_path / "named.parquet", "--dim", 5, "--column", "vector", "-q"
+    )
     assert code == 0, err
     assert pq.read_schema(tmp_path / "named.parquet").names == ["vector"]
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "o.npy", "--dim", 5,
-                           "--column", "vector")
+    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "o.npy", "--dim", 5, "--column", "vector")
     assert code == 1
     assert_one_error_line(err, "both .npy", "drop --column")
 
@@ -195,8 +242,9 @@ def test_directory_and_glob_inputs_give_one_output_per_file(tmp_path, capsys):
         assert_projection_equal(parquet_matrix(tmp_path / "out" / name, "emb"), expected(x, 4, 0))
     assert "3 files" in out and "123 rows" in out
 
-    code, _, err = run_cli(capsys, "project", str(tmp_path / "in" / "part[01].parquet"),
-                           tmp_path / "globbed", "--dim", 4, "-q")
+    code, _, err = run_cli(
+        capsys, "project", str(tmp_path / "in" / "part[01].parquet"), tmp_path / "globbed", "--dim", 4, "-q"
+    )
     assert code == 0, err
     assert sorted(p.name for p in (tmp_path / "globbed").iterdir()) == ["part0.parquet", "part1.parquet"]
 
@@ -204,16 +252,16 @@ def test_directory_and_glob_inputs_give_one_output_per_file(tmp_path, capsys):
 def test_existing_output_needs_overwrite_and_input_is_never_the_output(tmp_path, capsys):
     x = random_rows(20, 8)
     np.save(tmp_path / "in.npy", x)
-    assert run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4,
-                   "--seed", 5, "-q")[0] == 0
+    assert run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4, "--seed", 5, "-q")[0] == 0
     previous = digest(tmp_path / "out.npy")
     code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4)
     assert code == 1
     assert_one_error_line(err, "already exists", "--overwrite")
     assert digest(tmp_path / "out.npy") == previous
 
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4,
-                           "--overwrite", "-q")
+    code, _, err = run_cli(
+        capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4, "--overwrite", "-q"
+    )
     assert code == 0, err
     assert_projection_equal(np.load(tmp_path / "out.npy"), expected(x, 4, 0))
 
@@ -234,17 +282,28 @@ def test_gpu_pinned_pipeline_matches_cpu(tmp_path, capsys, suffix):
     else:
         pq.write_table(embedding_table(x, fixed=True), tmp_path / f"in{suffix}")
     for device in ("cpu", "cuda"):
-        code, _, err = run_cli(capsys, "project", tmp_path / f"in{suffix}", tmp_path / f"{device}.npy",
-                               "--dim", 32, "--device", device, "--batch-rows", 700, "-q")
+        code, _, err = run_cli(
+            capsys,
+            "project",
+            tmp_path / f"in{suffix}",
+            tmp_path / f"{device}.npy",
+            "--dim",
+            32,
+            "--device",
+            device,
+            "--batch-rows",
+            700,
+            "-q",
+        )
         assert code == 0, err
     # The Triton kernel may round differently from the CPU reference; same matrix, same sums.
-    np.testing.assert_allclose(np.load(tmp_path / "cuda.npy"), np.load(tmp_path / "cpu.npy"),
-                               rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(np.load(tmp_path / "cuda.npy"), np.load(tmp_path / "cpu.npy"), rtol=1e-2, atol=1e-2)
 
 
 # ----------------------------------------------------------------------------------------------
 # errors: one line, exit 1, no output, no temporary file
 # ----------------------------------------------------------------------------------------------
+
 
 def _expect_failure(capsys, tmp_path, input_path, *fragments, extra=()):
     code, out, err = run_cli(capsys, "project", input_path, tmp_path / "out.npy", "--dim", 4, *extra)
@@ -320,10 +379,21 @@ def test_nonfinite_row_in_batch_three_is_refused_unless_allowed(tmp_path, capsys
     x = random_rows(100, 8)
     x[57, 3] = bad  # batch 3 of 20-row batches holds rows 40-59
     np.save(tmp_path / "in.npy", x)
-    _expect_failure(capsys, tmp_path, tmp_path / "in.npy", "row 57", "batch 3", "--allow-nonfinite",
-                    extra=("--batch-rows", 20))
-    code, _, err = run_cli(capsys, "project", tmp_path / "in.npy", tmp_path / "out.npy", "--dim", 4,
-                           "--batch-rows", 20, "--allow-nonfinite", "-q")
+    _expect_failure(
+        capsys, tmp_path, tmp_path / "in.npy", "row 57", "batch 3", "--allow-nonfinite", extra=("--batch-rows", 20)
+    )
+    code, _, err = run_cli(
+        capsys,
+        "project",
+        tmp_path / "in.npy",
+        tmp_path / "out.npy",
+        "--dim",
+        4,
+        "--batch-rows",
+        20,
+        "--allow-nonfinite",
+        "-q",
+    )
     assert code == 0, err
     y = np.load(tmp_path / "out.npy")
     assert not np.isfinite(y[57]).all() and np.isfinite(np.delete(y, 57, axis=0)).all()
@@ -333,15 +403,13 @@ def test_float16_overflow_is_reported_as_such(tmp_path, capsys):
     x = np.full((4, 64), 60000.0, dtype=np.float16)  # sums of same-signed entries overflow float16
     x *= np.sign(random_rows(4, 64)).astype(np.float16) ** 2
     np.save(tmp_path / "in.npy", x)
-    _expect_failure(capsys, tmp_path, tmp_path / "in.npy", "overflows float16", "--dtype float32",
-                    extra=("--nnz", 1))
+    _expect_failure(capsys, tmp_path, tmp_path / "in.npy", "overflows float16", "--dtype float32", extra=("--nnz", 1))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_cuda_requested_without_gpu(tmp_path, capsys):
     np.save(tmp_path / "in.npy", random_rows(5, 4))
-    _expect_failure(capsys, tmp_path, tmp_path / "in.npy", "--device cuda", "--device cpu",
-                    extra=("--device", "cuda"))
+    _expect_failure(capsys, tmp_path, tmp_path / "in.npy", "--device cuda", "--device cpu", extra=("--device", "cuda"))
 
 
 def test_debug_shows_the_traceback(tmp_path, capsys):
@@ -362,16 +430,26 @@ def test_disk_full_midway_leaves_nothing(tmp_path, capsys, monkeypatch):
         real_write(self, projected, batch)
 
     monkeypatch.setattr(npy_module.NpySink, "write", write_until_full)
-    _expect_failure(capsys, tmp_path, tmp_path / "in.npy", "no space left", "free some space",
-                    extra=("--batch-rows", 10))
+    _expect_failure(
+        capsys, tmp_path, tmp_path / "in.npy", "no space left", "free some space", extra=("--batch-rows", 10)
+    )
     assert len(calls) == 3
 
 
-@pytest.mark.parametrize("flags", [
-    ["--dim", "0"], ["--dim", "x"], [], ["--dim", "4", "--seed", "-1"],
-    ["--dim", "4", "--seed", str(2 ** 64)], ["--dim", "4", "--nnz", "5"],
-    ["--dim", "4", "--dtype", "int8"], ["--dim", "4", "--device", "tpu"], ["--dim", "4", "--batch-rows", "0"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--dim", "0"],
+        ["--dim", "x"],
+        [],
+        ["--dim", "4", "--seed", "-1"],
+        ["--dim", "4", "--seed", str(2**64)],
+        ["--dim", "4", "--nnz", "5"],
+        ["--dim", "4", "--dtype", "int8"],
+        ["--dim", "4", "--device", "tpu"],
+        ["--dim", "4", "--batch-rows", "0"],
+    ],
+)
 def test_invalid_flags_exit_2(tmp_path, capsys, flags):
     np.save(tmp_path / "in.npy", random_rows(5, 4))
     with pytest.raises(SystemExit) as exit_info:

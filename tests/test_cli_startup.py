@@ -3,6 +3,7 @@
 Timings belong in ``benchmarks/bench_startup.py``; these tests check the causes (no torch import
 before a command runs, signal handlers before the heavy imports) rather than seconds.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,6 @@ import time
 
 import numpy as np
 import pytest
-
 from test_cli_helpers import random_rows
 
 _HEAVY = ("torch", "numpy", "pyarrow", "tqdm", "matplotlib")
@@ -27,13 +27,21 @@ def _imported(importtime_log: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("args, code", [
-    (["--help"], 0), (["--version"], 0), (["project", "--help"], 0),
-    (["project", "in.npy", "out.npy", "--dim", "0"], 2), (["evaluate"], 2), (["frobnicate"], 2),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["--help"], 0),
+        (["--version"], 0),
+        (["project", "--help"], 0),
+        (["project", "in.npy", "out.npy", "--dim", "0"], 2),
+        (["evaluate"], 2),
+        (["frobnicate"], 2),
+    ],
+)
 def test_help_version_and_argument_errors_import_no_heavy_module(tmp_path, args, code):
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "sjlt", *args],
-                          capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "sjlt", *args], capture_output=True, text=True, cwd=tmp_path
+    )
     assert done.returncode == code, done.stderr[-2000:]
     heavy = [name for name in _HEAVY if name in _imported(done.stderr)]
     assert heavy == [], f"sjlt {' '.join(args)} imported {heavy}"
@@ -72,10 +80,21 @@ def test_signal_while_importing_torch_exits_cleanly(tmp_path, signum):
     np.save(work / "in.npy", random_rows(50, 8))
     marker = tmp_path / "importing-torch"
     process = subprocess.Popen(
-        [sys.executable, "-c", _PAUSE_IN_TORCH_IMPORT, "project", str(work / "in.npy"),
-         str(work / "outdir" / "out.npy"), "--dim", "4"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "SJLT_TEST_MARKER": str(marker)})
+        [
+            sys.executable,
+            "-c",
+            _PAUSE_IN_TORCH_IMPORT,
+            "project",
+            str(work / "in.npy"),
+            str(work / "outdir" / "out.npy"),
+            "--dim",
+            "4",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SJLT_TEST_MARKER": str(marker)},
+    )
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():

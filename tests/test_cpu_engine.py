@@ -10,6 +10,7 @@ float32 (float64 for float64 inputs) and rounds once:
 - float16 / bfloat16: one unit in the last place of the result, plus the float32 bound (the two
   float32 sums may round to neighbouring half-precision values).
 """
+
 import math
 import os
 import sys
@@ -98,14 +99,14 @@ def _assert_close(got, want, abs_terms, dtype, seed):
 
 # (n, d, k, nnz, column_offset): both layouts, odd shapes, offsets across and above 2**32.
 CASES = [
-    (37, 45, 23, 3, 2**33 + 5),      # classic
-    (70, 1100, 256, 8, 0),           # windowed (k = 256 = 16 * 8 * 2); d crosses a 1024-column shard
+    (37, 45, 23, 3, 2**33 + 5),  # classic
+    (70, 1100, 256, 8, 0),  # windowed (k = 256 = 16 * 8 * 2); d crosses a 1024-column shard
     (33, 300, 256, 7, 2**32 - 100),  # classic at k = 256 (nnz = 7); columns straddle 2**32
-    (31, 200, 64, 4, 2**32 - 40),    # windowed, A = 1
-    (1, 17, 16, 1, 3),               # tiny: one row, one windowed block
-    (5, 1, 7, 7, 0),                 # one column, classic with every row a block
-    (65, 130, 1, 1, 2**40 + 1),      # k = 1
-    (129, 64, 112, 7, 0),            # windowed with A = 1, nnz = 7 (112 = 16 * 7)
+    (31, 200, 64, 4, 2**32 - 40),  # windowed, A = 1
+    (1, 17, 16, 1, 3),  # tiny: one row, one windowed block
+    (5, 1, 7, 7, 0),  # one column, classic with every row a block
+    (65, 130, 1, 1, 2**40 + 1),  # k = 1
+    (129, 64, 112, 7, 0),  # windowed with A = 1, nnz = 7 (112 = 16 * 7)
 ]
 
 
@@ -135,11 +136,21 @@ def test_tilings_match_oracle(engine_path, tiling, threads, dtype, rng, seed):
     y = torch.randn(n, k, generator=rng, dtype=torch.float64).to(dtype)
     s = _dense_s(d, k, seed=seed, nnz=nnz, column_offset=offset)
     got = cpu_engine.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=offset)
-    _assert_close(got, reference.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=offset),
-                  x.double().abs() @ s.abs().T, dtype, seed)
+    _assert_close(
+        got,
+        reference.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=offset),
+        x.double().abs() @ s.abs().T,
+        dtype,
+        seed,
+    )
     got_t = cpu_engine.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=offset)
-    _assert_close(got_t, reference.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=offset),
-                  y.double().abs() @ s.abs(), dtype, seed)
+    _assert_close(
+        got_t,
+        reference.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=offset),
+        y.double().abs() @ s.abs(),
+        dtype,
+        seed,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -152,12 +163,20 @@ def test_many_rows_many_tables(monkeypatch, threads, dtype, rng, seed):
     x = torch.randn(n, d, generator=rng, dtype=torch.float64).to(dtype)
     y = torch.randn(n, k, generator=rng, dtype=torch.float64).to(dtype)
     s = _dense_s(d, k, seed=seed, nnz=nnz, column_offset=5)
-    _assert_close(cpu_engine.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=5),
-                  reference.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=5),
-                  x.double().abs() @ s.abs().T, dtype, seed)
-    _assert_close(cpu_engine.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=5),
-                  reference.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=5),
-                  y.double().abs() @ s.abs(), dtype, seed)
+    _assert_close(
+        cpu_engine.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=5),
+        reference.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=5),
+        x.double().abs() @ s.abs().T,
+        dtype,
+        seed,
+    )
+    _assert_close(
+        cpu_engine.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=5),
+        reference.sparse_jl_transpose(y, d, seed=seed, nnz=nnz, column_offset=5),
+        y.double().abs() @ s.abs(),
+        dtype,
+        seed,
+    )
 
 
 def test_few_rows_many_tables_split_columns_across_threads(monkeypatch, rng, seed):
@@ -170,10 +189,12 @@ def test_few_rows_many_tables_split_columns_across_threads(monkeypatch, rng, see
         x = torch.randn(5, 70, generator=rng, dtype=torch.float64)
         y = torch.randn(5, 32, generator=rng, dtype=torch.float64)
         s = _dense_s(70, 32, seed=seed, nnz=2)
-        _assert_close(cpu_engine.sparse_jl_forward(x, 32, seed=seed, nnz=2), x @ s.T,
-                      x.abs() @ s.abs().T, torch.float64, seed)
-        _assert_close(cpu_engine.sparse_jl_transpose(y, 70, seed=seed, nnz=2), y @ s,
-                      y.abs() @ s.abs(), torch.float64, seed)
+        _assert_close(
+            cpu_engine.sparse_jl_forward(x, 32, seed=seed, nnz=2), x @ s.T, x.abs() @ s.abs().T, torch.float64, seed
+        )
+        _assert_close(
+            cpu_engine.sparse_jl_transpose(y, 70, seed=seed, nnz=2), y @ s, y.abs() @ s.abs(), torch.float64, seed
+        )
     finally:
         torch.set_num_threads(before)
 
@@ -182,11 +203,21 @@ def test_default_shape_matches_dense_s(engine_path, rng, seed):
     """The benchmark's shape class (d = 1024, k = 256, default nnz) with the real tile sizes."""
     x = torch.randn(300, 1024, generator=rng)
     s = _dense_s(1024, 256, seed=seed, nnz=8)
-    _assert_close(cpu_engine.sparse_jl_forward(x, 256, seed=seed, nnz=8),
-                  (x.double() @ s.T).float(), x.double().abs() @ s.abs().T, torch.float32, seed)
+    _assert_close(
+        cpu_engine.sparse_jl_forward(x, 256, seed=seed, nnz=8),
+        (x.double() @ s.T).float(),
+        x.double().abs() @ s.abs().T,
+        torch.float32,
+        seed,
+    )
     y = torch.randn(300, 256, generator=rng)
-    _assert_close(cpu_engine.sparse_jl_transpose(y, 1024, seed=seed, nnz=8),
-                  (y.double() @ s).float(), y.double().abs() @ s.abs(), torch.float32, seed)
+    _assert_close(
+        cpu_engine.sparse_jl_transpose(y, 1024, seed=seed, nnz=8),
+        (y.double() @ s).float(),
+        y.double().abs() @ s.abs(),
+        torch.float32,
+        seed,
+    )
 
 
 def _within_one_rounding(got, x, s, mantissa_bits):
@@ -249,8 +280,9 @@ def test_forward_and_transpose_are_adjoint(engine_path, tiling, rng, seed):
 def test_column_shards_sum_to_the_whole(engine_path, rng, seed):
     x = torch.randn(N, D, generator=rng, dtype=torch.float64)
     whole = cpu_engine.sparse_jl_forward(x, K, seed=seed, nnz=NNZ, column_offset=OFFSET)
-    parts = (cpu_engine.sparse_jl_forward(x[:, :20], K, seed=seed, nnz=NNZ, column_offset=OFFSET)
-             + cpu_engine.sparse_jl_forward(x[:, 20:], K, seed=seed, nnz=NNZ, column_offset=OFFSET + 20))
+    parts = cpu_engine.sparse_jl_forward(
+        x[:, :20], K, seed=seed, nnz=NNZ, column_offset=OFFSET
+    ) + cpu_engine.sparse_jl_forward(x[:, 20:], K, seed=seed, nnz=NNZ, column_offset=OFFSET + 20)
     assert torch.allclose(whole, parts, rtol=1e-12, atol=1e-12), f"seed {seed}"
 
 
@@ -276,16 +308,24 @@ def test_empty_inputs_give_zeros_of_the_input_dtype(engine_path, dtype):
         assert z.dtype == dtype and z.shape == (4, 0)
 
 
-@pytest.mark.parametrize("function, features", [(cpu_engine.sparse_jl_forward, 4),
-                                                (cpu_engine.sparse_jl_transpose, 9),
-                                                (reference.sparse_jl_forward, 4),
-                                                (reference.sparse_jl_transpose, 9)])
-@pytest.mark.parametrize("bad, error, message", [
-    (torch.ones(6), ValueError, "2-D"),
-    (torch.ones(2, 3, 6), ValueError, "2-D"),
-    (torch.ones(3, 6, dtype=torch.int64), TypeError, "floating-point"),
-    (torch.ones(3, 6, dtype=torch.complex64), TypeError, "complex"),
-])
+@pytest.mark.parametrize(
+    "function, features",
+    [
+        (cpu_engine.sparse_jl_forward, 4),
+        (cpu_engine.sparse_jl_transpose, 9),
+        (reference.sparse_jl_forward, 4),
+        (reference.sparse_jl_transpose, 9),
+    ],
+)
+@pytest.mark.parametrize(
+    "bad, error, message",
+    [
+        (torch.ones(6), ValueError, "2-D"),
+        (torch.ones(2, 3, 6), ValueError, "2-D"),
+        (torch.ones(3, 6, dtype=torch.int64), TypeError, "floating-point"),
+        (torch.ones(3, 6, dtype=torch.complex64), TypeError, "complex"),
+    ],
+)
 def test_bad_inputs_raise_clear_errors(function, features, bad, error, message):
     with pytest.raises(error, match=message):
         function(bad, features, seed=0, nnz=2)
@@ -294,6 +334,7 @@ def test_bad_inputs_raise_clear_errors(function, features, bad, error, message):
 # --------------------------------------------------------------------------------------------
 # Threads, tables, fallback and dispatch
 # --------------------------------------------------------------------------------------------
+
 
 def test_one_torch_thread_computes_in_the_calling_thread(monkeypatch, rng):
     """With torch.set_num_threads(1) in the caller (a Dask or joblib worker), no pool is used."""
@@ -330,8 +371,12 @@ def test_thread_count_does_not_change_the_result(monkeypatch, n, table_columns, 
     try:
         for count in (1, 2, 3):
             torch.set_num_threads(count)
-            results.append((cpu_engine.sparse_jl_forward(x, 256, seed=2, nnz=8),
-                            cpu_engine.sparse_jl_transpose(y, 300, seed=2, nnz=8)))
+            results.append(
+                (
+                    cpu_engine.sparse_jl_forward(x, 256, seed=2, nnz=8),
+                    cpu_engine.sparse_jl_transpose(y, 300, seed=2, nnz=8),
+                )
+            )
     finally:
         torch.set_num_threads(before)
     for forward, transpose in results[1:]:
@@ -418,8 +463,12 @@ def test_ops_run_the_engine_on_cpu_tensors(monkeypatch, rng):
 
     calls = []
     real_forward, real_transpose = cpu_engine.sparse_jl_forward, cpu_engine.sparse_jl_transpose
-    monkeypatch.setattr(cpu_engine, "sparse_jl_forward", lambda *a, **k: calls.append("forward") or real_forward(*a, **k))
-    monkeypatch.setattr(cpu_engine, "sparse_jl_transpose", lambda *a, **k: calls.append("transpose") or real_transpose(*a, **k))
+    monkeypatch.setattr(
+        cpu_engine, "sparse_jl_forward", lambda *a, **k: calls.append("forward") or real_forward(*a, **k)
+    )
+    monkeypatch.setattr(
+        cpu_engine, "sparse_jl_transpose", lambda *a, **k: calls.append("transpose") or real_transpose(*a, **k)
+    )
     x = torch.randn(4, 30, generator=rng, requires_grad=True)
     F.sparse_jl(x, 16, seed=3).sum().backward()
     assert calls == ["forward", "transpose"]
@@ -428,8 +477,10 @@ def test_ops_run_the_engine_on_cpu_tensors(monkeypatch, rng):
 def test_importing_the_engine_does_not_import_numba():
     import subprocess
 
-    code = ("import sys, torch, sjlt.cpu_engine, sjlt.functional; "
-            "assert 'numba' not in sys.modules, 'numba imported eagerly'")
+    code = (
+        "import sys, torch, sjlt.cpu_engine, sjlt.functional; "
+        "assert 'numba' not in sys.modules, 'numba imported eagerly'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -437,15 +488,18 @@ def test_importing_the_engine_does_not_import_numba():
 # The oracle itself, and the torch path's tiling helpers
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("k, nnz", [(23, 3), (64, 4)])
 def test_oracle_is_the_dense_product(k, nnz, rng, seed):
     x = torch.randn(N, D, generator=rng, dtype=torch.float64)
     s = _dense_s(D, k, seed=seed, nnz=nnz, column_offset=OFFSET)
-    assert torch.allclose(reference.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=OFFSET),
-                          x @ s.T, rtol=1e-12, atol=1e-12), f"seed {seed}"
+    assert torch.allclose(
+        reference.sparse_jl_forward(x, k, seed=seed, nnz=nnz, column_offset=OFFSET), x @ s.T, rtol=1e-12, atol=1e-12
+    ), f"seed {seed}"
     y = torch.randn(N, k, generator=rng, dtype=torch.float64)
-    assert torch.allclose(reference.sparse_jl_transpose(y, D, seed=seed, nnz=nnz, column_offset=OFFSET),
-                          y @ s, rtol=1e-12, atol=1e-12), f"seed {seed}"
+    assert torch.allclose(
+        reference.sparse_jl_transpose(y, D, seed=seed, nnz=nnz, column_offset=OFFSET), y @ s, rtol=1e-12, atol=1e-12
+    ), f"seed {seed}"
 
 
 def test_oracle_is_differentiable(rng):
@@ -469,8 +523,7 @@ def test_odd_lines_gives_an_odd_number_of_cache_lines(dtype):
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "mps"])
-@pytest.mark.parametrize("n, width, other", [(100_000, 1024, 256), (3, 50_000_000, 4096), (1, 1, 1),
-                                             (10**6, 8, 4)])
+@pytest.mark.parametrize("n, width, other", [(100_000, 1024, 256), (3, 50_000_000, 4096), (1, 1, 1), (10**6, 8, 4)])
 def test_tiling_bounds_shards_and_chunks(device, n, width, other):
     device = torch.device(device)  # constructing a device object needs no such hardware
     shard, rows = cpu_engine._tiling(n, width, other, device, torch.float32)

@@ -1,4 +1,5 @@
 """sjlt.dask.project and ``sjlt project --scheduler`` on a real two-process Dask cluster."""
+
 from __future__ import annotations
 
 import logging
@@ -10,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from test_cli_helpers import assert_one_error_line, leftovers, random_rows, run_cli
 
 import sjlt
 import sjlt.dask
-from test_cli_helpers import assert_one_error_line, leftovers, random_rows, run_cli
 
 dask = pytest.importorskip("dask")  # the `test` extra installs dask; this only names the need
 import dask.array as da  # noqa: E402
@@ -23,8 +24,9 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
-                      silence_logs=logging.ERROR) as local_cluster:
+    with LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
+    ) as local_cluster:
         yield local_cluster
 
 
@@ -70,8 +72,7 @@ def test_numeric_dataframe(client):
 def test_list_column_from_parquet_keeps_other_columns(client, tmp_path):
     x = random_rows(250, 16)
     ids = np.random.default_rng().integers(0, 10**9, 250)
-    pq.write_table(pa.table({"id": ids, "emb": pa.array(list(x))}), tmp_path / "t.parquet",
-                   row_group_size=60)
+    pq.write_table(pa.table({"id": ids, "emb": pa.array(list(x))}), tmp_path / "t.parquet", row_group_size=60)
     frame = dd.read_parquet(tmp_path / "t.parquet")
     result = client.compute(sjlt.dask.project(frame, 5, seed=1)).result()
     np.testing.assert_array_equal(result["id"].to_numpy(), ids)
@@ -80,8 +81,12 @@ def test_list_column_from_parquet_keeps_other_columns(client, tmp_path):
 
 def test_arrow_list_column_becomes_fixed_size_list(client):
     x = random_rows(90, 12)
-    frame = pd.DataFrame({"name": [f"doc{i}" for i in range(90)],
-                          "emb": pd.Series(pa.array(list(x)), dtype=pd.ArrowDtype(pa.list_(pa.float32())))})
+    frame = pd.DataFrame(
+        {
+            "name": [f"doc{i}" for i in range(90)],
+            "emb": pd.Series(pa.array(list(x)), dtype=pd.ArrowDtype(pa.list_(pa.float32()))),
+        }
+    )
     projected = sjlt.dask.project(dd.from_pandas(frame, npartitions=2), 6, seed=3)
     assert projected.dtypes["emb"] == pd.ArrowDtype(pa.list_(pa.float32(), 6))
     result = client.compute(projected).result()
@@ -110,8 +115,12 @@ def test_bad_arguments_fail_before_any_work():
     frame = dd.from_pandas(pd.DataFrame({"a": [1.0, 2.0], "b": ["x", "y"]}), npartitions=1)
     with pytest.raises(ValueError, match="neither numeric nor a list"):
         sjlt.dask.project(frame, 2, seed=0)
-    lists = pd.DataFrame({"a": pd.Series(pa.array([[1.0], [2.0]]), dtype=pd.ArrowDtype(pa.list_(pa.float64()))),
-                          "b": pd.Series(pa.array([[1.0], [2.0]]), dtype=pd.ArrowDtype(pa.list_(pa.float64())))})
+    lists = pd.DataFrame(
+        {
+            "a": pd.Series(pa.array([[1.0], [2.0]]), dtype=pd.ArrowDtype(pa.list_(pa.float64()))),
+            "b": pd.Series(pa.array([[1.0], [2.0]]), dtype=pd.ArrowDtype(pa.list_(pa.float64()))),
+        }
+    )
     with pytest.raises(ValueError, match="several list"):
         sjlt.dask.project(dd.from_pandas(lists, npartitions=1), 2, seed=0)
 
@@ -122,16 +131,26 @@ def test_cli_scheduler_projects_each_file_on_the_cluster(cluster, tmp_path, caps
     for i in range(4):
         x = random_rows(50 + 10 * i, 24)
         inputs[f"shard{i}.parquet"] = x
-        pq.write_table(pa.table({"row": np.arange(len(x)), "emb": pa.array(list(x))}),
-                       tmp_path / "in" / f"shard{i}.parquet")
-    code, out, err = run_cli(capsys, "project", tmp_path / "in", tmp_path / "out", "--dim", 8,
-                             "--seed", 77, "--scheduler", cluster.scheduler_address)
+        pq.write_table(
+            pa.table({"row": np.arange(len(x)), "emb": pa.array(list(x))}), tmp_path / "in" / f"shard{i}.parquet"
+        )
+    code, out, err = run_cli(
+        capsys,
+        "project",
+        tmp_path / "in",
+        tmp_path / "out",
+        "--dim",
+        8,
+        "--seed",
+        77,
+        "--scheduler",
+        cluster.scheduler_address,
+    )
     assert code == 0, err
     assert "4 files" in out and "260 rows" in out
     for name, x in inputs.items():
         table = pq.read_table(tmp_path / "out" / name)
-        np.testing.assert_array_equal(np.stack(table.column("emb").to_numpy(zero_copy_only=False)),
-                                      in_memory(x, 8, 77))
+        np.testing.assert_array_equal(np.stack(table.column("emb").to_numpy(zero_copy_only=False)), in_memory(x, 8, 77))
     assert leftovers(tmp_path / "out") == []
 
 
@@ -142,8 +161,9 @@ def test_cli_scheduler_reports_the_files_that_failed(cluster, tmp_path, capsys):
     ragged = [list(v) for v in random_rows(30, 8)]
     ragged[4] = ragged[4][:3]
     pq.write_table(pa.table({"emb": pa.array(ragged, pa.list_(pa.float32()))}), tmp_path / "in" / "ragged.parquet")
-    code, _, err = run_cli(capsys, "project", tmp_path / "in", tmp_path / "out", "--dim", 4,
-                           "--scheduler", cluster.scheduler_address)
+    code, _, err = run_cli(
+        capsys, "project", tmp_path / "in", tmp_path / "out", "--dim", 4, "--scheduler", cluster.scheduler_address
+    )
     assert code == 1
     assert "1 of 2 files failed" in err and "ragged.parquet" in err and "row 4" in err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.parquet"]
@@ -158,8 +178,9 @@ def test_cli_unreachable_scheduler(tmp_path, capsys, monkeypatch):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     np.save(tmp_path / "a.npy", random_rows(5, 4))
-    code, _, err = run_cli(capsys, "project", tmp_path / "a.npy", tmp_path / "b.npy", "--dim", 2,
-                           "--scheduler", f"tcp://127.0.0.1:{port}")
+    code, _, err = run_cli(
+        capsys, "project", tmp_path / "a.npy", tmp_path / "b.npy", "--dim", 2, "--scheduler", f"tcp://127.0.0.1:{port}"
+    )
     assert code == 1
     assert_one_error_line(err, "cannot reach the Dask scheduler", "dask scheduler")
     assert not (tmp_path / "b.npy").exists()

@@ -1,4 +1,5 @@
 """sjlt._device: the one rule for naming and resolving a device (CLI, Dask, scikit-learn)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,9 @@ from sjlt.sklearn import SparseJLProjection
 HAS_CUDA = torch.cuda.is_available()
 
 
-@pytest.mark.parametrize("name", ["auto", "cpu", "cuda", "cuda:0", "cuda:12", torch.device("cpu"),
-                                  torch.device("cuda", 1)])
+@pytest.mark.parametrize(
+    "name", ["auto", "cpu", "cuda", "cuda:0", "cuda:12", torch.device("cpu"), torch.device("cuda", 1)]
+)
 def test_valid_names(name):
     assert check_device(name) is name
 
@@ -28,8 +30,15 @@ def test_invalid_names(name):
 
 
 def test_checking_a_name_imports_no_torch():
-    done = subprocess.run([sys.executable, "-c", "import sys, sjlt._device as d; d.check_device('cuda:1'); "
-                           "assert 'torch' not in sys.modules"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, sjlt._device as d; d.check_device('cuda:1'); assert 'torch' not in sys.modules",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
 
 

@@ -6,6 +6,7 @@ tensors or the exception it raised. The tests below then make their assertions o
 in the pytest process, so an error on any rank surfaces as a test failure with its traceback. The
 parent process serves the rendezvous store on an OS-chosen port of 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,6 +37,7 @@ RUN_TIMEOUT_S = 300
 # ------------------------------------------------------------------------------------------------
 # Scenarios: run on every rank, in this order, by the worker processes.
 # ------------------------------------------------------------------------------------------------
+
 
 def _full_input(data_seed: int, dtype=torch.float64, rows: int = N_ROWS, cols: int = D):
     """The same random X on every rank (drawn from the shared data seed)."""
@@ -113,13 +115,21 @@ def scenario_subgroup(rank, data_seed):
     return {"sharded": y, "unsharded": sjlt.sparse_jl(x, K, seed=data_seed + 5)}
 
 
-def _sharded_with(rank, data_seed, *, offsets=(0, WIDTHS[0]), seeds=None, ks=(K, K), nnzs=(None, None),
-                  rows=(N_ROWS, N_ROWS), dtypes=(torch.float64, torch.float64)):
+def _sharded_with(
+    rank,
+    data_seed,
+    *,
+    offsets=(0, WIDTHS[0]),
+    seeds=None,
+    ks=(K, K),
+    nnzs=(None, None),
+    rows=(N_ROWS, N_ROWS),
+    dtypes=(torch.float64, torch.float64),
+):
     x = _full_input(data_seed, dtypes[rank], rows=rows[rank])
     start, stop = _my_columns(rank)
     seed = seeds[rank] if seeds else data_seed
-    return sparse_jl_sharded(x[:, start:stop], ks[rank], seed=seed, nnz=nnzs[rank],
-                             column_offset=offsets[rank])
+    return sparse_jl_sharded(x[:, start:stop], ks[rank], seed=seed, nnz=nnzs[rank], column_offset=offsets[rank])
 
 
 def scenario_overlap(rank, data_seed):
@@ -163,7 +173,7 @@ def scenario_bad_group(rank, data_seed):
 def scenario_row_sharded(rank, data_seed):
     """Each rank projects its own rows, with the check; stacked, they give the full projection."""
     x = _full_input(data_seed, torch.float32, rows=2 * N_ROWS)
-    mine = x[rank * N_ROWS:(rank + 1) * N_ROWS]
+    mine = x[rank * N_ROWS : (rank + 1) * N_ROWS]
     y = sparse_jl_row_sharded(mine, K, seed=data_seed + 6, check=True)
     gathered = [torch.empty_like(y) for _ in range(WORLD)]
     dist.all_gather(gathered, y)
@@ -177,8 +187,12 @@ def scenario_row_sharded(rank, data_seed):
     probe = sparse_jl_row_sharded(_full_input(12345, torch.float32, rows=1), K, seed=data_seed + 6)
     probes = [torch.empty_like(probe) for _ in range(WORLD)]
     dist.all_gather(probes, probe)
-    return {"sharded": torch.cat(gathered), "unsharded": sjlt.sparse_jl(x, K, seed=data_seed + 6),
-            "digests": digests, "probes": probes}
+    return {
+        "sharded": torch.cat(gathered),
+        "unsharded": sjlt.sparse_jl(x, K, seed=data_seed + 6),
+        "digests": digests,
+        "probes": probes,
+    }
 
 
 def scenario_row_sharded_seed_mismatch(rank, data_seed):
@@ -191,13 +205,14 @@ def scenario_row_sharded_width_mismatch(rank, data_seed):
     return sparse_jl_row_sharded(x, K, seed=data_seed, check=True)
 
 
-SCENARIOS = {name[len("scenario_"):]: fn for name, fn in list(globals().items()) if name.startswith("scenario_")}
+SCENARIOS = {name[len("scenario_") :]: fn for name, fn in list(globals().items()) if name.startswith("scenario_")}
 
 
 def _worker_main(rank: int, port: int, data_seed: int, out_dir: Path) -> None:
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+    )
     results = {}
     for name, scenario in SCENARIOS.items():
         try:
@@ -205,8 +220,7 @@ def _worker_main(rank: int, port: int, data_seed: int, out_dir: Path) -> None:
         except Exception as error:  # recorded for the test to judge, never swallowed
             import traceback
 
-            results[name] = {"error": type(error).__name__, "message": str(error),
-                             "traceback": traceback.format_exc()}
+            results[name] = {"error": type(error).__name__, "message": str(error), "traceback": traceback.format_exc()}
     dist.barrier()
     dist.destroy_process_group()
     torch.save(results, out_dir / f"rank{rank}.pt")
@@ -215,6 +229,7 @@ def _worker_main(rank: int, port: int, data_seed: int, out_dir: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 # The pytest side.
 # ------------------------------------------------------------------------------------------------
+
 
 def _child_env() -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -227,15 +242,21 @@ def _child_env() -> dict:
 def results(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("distributed")
     data_seed = int.from_bytes(os.urandom(4), "little")
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                           timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    server = dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+    )
     procs, logs = [], []
     for rank in range(WORLD):
         log = open(out_dir / f"rank{rank}.log", "w+")
         logs.append(log)
-        procs.append(subprocess.Popen(
-            [sys.executable, __file__, str(rank), str(server.port), str(data_seed), str(out_dir)],
-            stdout=log, stderr=subprocess.STDOUT, env=_child_env()))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, str(rank), str(server.port), str(data_seed), str(out_dir)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_child_env(),
+            )
+        )
     try:
         for proc in procs:
             proc.wait(timeout=RUN_TIMEOUT_S)
@@ -280,8 +301,9 @@ def _errors(results, name):
 def _assert_sharded_matches(results, name, *, replicated=True, **tolerance):
     values = _values(results, name)
     for rank, value in enumerate(values):
-        torch.testing.assert_close(value["sharded"], value["unsharded"], **tolerance,
-                                   msg=lambda m: f"rank {rank}, scenario {name}: {m}")
+        torch.testing.assert_close(
+            value["sharded"], value["unsharded"], **tolerance, msg=lambda m: f"rank {rank}, scenario {name}: {m}"
+        )
     if not replicated:
         return
     # Replicated output: every rank holds the same tensor, bit for bit.
@@ -289,8 +311,17 @@ def _assert_sharded_matches(results, name, *, replicated=True, **tolerance):
         assert torch.equal(value["sharded"], values[0]["sharded"])
 
 
-@pytest.mark.parametrize("name", ["forward_float64", "forward_float32_unchecked", "forward_complex64",
-                                  "forward_offset_start_and_3d", "forward_empty_shard", "subgroup"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "forward_float64",
+        "forward_float32_unchecked",
+        "forward_complex64",
+        "forward_offset_start_and_3d",
+        "forward_empty_shard",
+        "subgroup",
+    ],
+)
 def test_column_sharded_projection_equals_unsharded(results, name):
     _assert_sharded_matches(results, name)
 
@@ -307,18 +338,21 @@ def test_column_sharded_backward_equals_unsharded_gradient(results):
     _assert_sharded_matches(results, "backward", replicated=False)
 
 
-@pytest.mark.parametrize("name, words", [
-    ("overlap", ["overlap", "rank 0 holds columns [0, 120)", "rank 1 holds [110, 193)"]),
-    ("gap", ["columns [120, 140) belong to no rank"]),
-    ("seed_mismatch", ["seed", str(2**64 - 1), str(2**64 - 1 - 2**32)]),
-    ("low_seed_mismatch", ["seed", "rank 0: 5", "rank 1: 6"]),
-    ("out_features_mismatch", ["out_features", f"rank 1: {K + 1}"]),
-    ("nnz_mismatch", ["nnz", "rank 0: 2", "rank 1: 4"]),
-    ("rows_mismatch", ["number of rows", f"rank 1: {N_ROWS + 1}"]),
-    ("dtype_mismatch", ["dtype", "torch.float32"]),
-    ("row_sharded_seed_mismatch", ["seed"]),
-    ("row_sharded_width_mismatch", ["in_features", f"rank 1: {D + 1}"]),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("overlap", ["overlap", "rank 0 holds columns [0, 120)", "rank 1 holds [110, 193)"]),
+        ("gap", ["columns [120, 140) belong to no rank"]),
+        ("seed_mismatch", ["seed", str(2**64 - 1), str(2**64 - 1 - 2**32)]),
+        ("low_seed_mismatch", ["seed", "rank 0: 5", "rank 1: 6"]),
+        ("out_features_mismatch", ["out_features", f"rank 1: {K + 1}"]),
+        ("nnz_mismatch", ["nnz", "rank 0: 2", "rank 1: 4"]),
+        ("rows_mismatch", ["number of rows", f"rank 1: {N_ROWS + 1}"]),
+        ("dtype_mismatch", ["dtype", "torch.float32"]),
+        ("row_sharded_seed_mismatch", ["seed"]),
+        ("row_sharded_width_mismatch", ["in_features", f"rank 1: {D + 1}"]),
+    ],
+)
 def test_inconsistent_layouts_raise_on_every_rank(results, name, words):
     error = _errors(results, name)
     assert error["error"] == "ValueError", error["traceback"]
@@ -340,6 +374,7 @@ def test_row_sharded_ranks_share_one_matrix(results):
 
 # Single-process checks: no process group needed.
 
+
 def test_sharded_without_process_group_raises(rng):
     x = torch.randn(3, 10, generator=rng)
     with pytest.raises(RuntimeError, match="init_process_group"):
@@ -353,12 +388,15 @@ def test_row_sharded_without_check_is_plain_sparse_jl(rng):
     assert torch.equal(sparse_jl_row_sharded(x, 8, seed=9), sjlt.sparse_jl(x, 8, seed=9))
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(seed=-1, column_offset=0), ValueError, "seed"),
-    (dict(seed="1", column_offset=0), TypeError, "seed"),
-    (dict(seed=1, column_offset=-3), ValueError, "column_offset"),
-    (dict(seed=1, column_offset=0, nnz=99), ValueError, "nnz"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(seed=-1, column_offset=0), ValueError, "seed"),
+        (dict(seed="1", column_offset=0), TypeError, "seed"),
+        (dict(seed=1, column_offset=-3), ValueError, "column_offset"),
+        (dict(seed=1, column_offset=0, nnz=99), ValueError, "nnz"),
+    ],
+)
 def test_bad_arguments_raise_before_any_communication(rng, kwargs, error, match):
     x = torch.randn(3, 10, generator=rng)
     with pytest.raises(error, match=match):
@@ -369,9 +407,20 @@ def test_benchmark_script_runs_its_correctness_check_on_cpu(tmp_path):
     """benchmarks/bench_distributed.py under torchrun, gloo, tiny sizes: it must pass and write its table."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_distributed.py"
     out = tmp_path / "table.md"
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}",
-               "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0",  # port 0: the OS picks a free one
-               str(script), "--backend", "gloo", "--small", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={WORLD}",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",  # port 0: the OS picks a free one
+        str(script),
+        "--backend",
+        "gloo",
+        "--small",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_child_env())
     assert done.returncode == 0, done.stdout + done.stderr
     table = out.read_text()

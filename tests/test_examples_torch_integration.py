@@ -1,6 +1,7 @@
 """examples/torch_integration.py, the README's torch.compile / autocast / CUDA-graph example, runs
 and shows what it promises: one compiled graph for 20 training steps, autocast's dtype, and (on a
 GPU) a fresh mask per CUDA-graph replay."""
+
 import importlib.util
 import sys
 from pathlib import Path

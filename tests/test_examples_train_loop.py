@@ -1,4 +1,5 @@
 """examples/train_loop.py: the loss falls, and torch.manual_seed alone fixes every number of a run."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -2,6 +2,7 @@
 
 Skipped on CPU machines (CI); run on the GPU machine with `make gpu-test` (see README).
 """
+
 import pytest
 import torch
 
@@ -113,7 +114,8 @@ def test_cuda_graph_of_a_multi_band_backward(n, d, nnz):
 
 GLUON = pytest.mark.skipif(
     not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) and windowed._gluon_importable()),
-    reason="the Gluon forward runs on sm_90 GPUs only")
+    reason="the Gluon forward runs on sm_90 GPUs only",
+)
 
 
 # (n, d, k, nnz, column_offset, splits, rows, groups per step, stages, dtype)
@@ -136,8 +138,9 @@ def test_gluon_forward_matches_triton_kernel_and_reference(n, d, k, nnz, offset,
     gen = torch.Generator().manual_seed(n * d)
     x = torch.randn(n, d, generator=gen).to(dtype).cuda()
     key = sjlt.spec.philox_key(seed)
-    got = windowed.forward(x, k, *key, nnz, offset, Tiling(gluon=True, splits=splits, blocks=(rows,),
-                                                          steps=(groups, 1), num_stages=stages))
+    got = windowed.forward(
+        x, k, *key, nnz, offset, Tiling(gluon=True, splits=splits, blocks=(rows,), steps=(groups, 1), num_stages=stages)
+    )
     triton_kernel = windowed.forward(x, k, *key, nnz, offset, Tiling(gluon=False, splits=splits))
     assert torch.equal(got, triton_kernel)
     want = reference.sparse_jl_forward(x.double().cpu(), k, seed=seed, nnz=nnz, column_offset=offset)

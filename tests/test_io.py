@@ -1,4 +1,5 @@
 """sjlt.io as a library: its public names, its exception type, and the host<->device pipeline."""
+
 from __future__ import annotations
 
 import subprocess
@@ -21,9 +22,16 @@ def _rows(n=50, d=24, dtype=np.float32):
 
 
 def test_importing_the_layer_is_cheap():
-    done = subprocess.run([sys.executable, "-c", "import sys, sjlt.io; heavy = [m for m in "
-                           "('torch', 'numpy', 'pyarrow') if m in sys.modules]; assert not heavy, heavy"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, sjlt.io; heavy = [m for m in "
+            "('torch', 'numpy', 'pyarrow') if m in sys.modules]; assert not heavy, heavy",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -95,8 +103,9 @@ def test_map_row_blocks_projects_each_row_chunk():
     x = _rows(n=40, d=30)
     lazy = map_row_blocks(da.from_array(x, chunks=(15, 10)), 8, seed=2, nnz=8, device="cpu")
     assert lazy.chunks == ((15, 15, 10), (8,))
-    np.testing.assert_allclose(lazy.compute(), sjlt.sparse_jl(torch.from_numpy(x), 8, seed=2).numpy(),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        lazy.compute(), sjlt.sparse_jl(torch.from_numpy(x), 8, seed=2).numpy(), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_outputs_of_an_older_stream_spec_refuse_to_load(tmp_path):

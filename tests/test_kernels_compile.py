@@ -9,6 +9,7 @@ error in CI. The compile runs in a subprocess because this test session interpre
 The fast tier compiles the first specialisation of every kernel for sm_90, a few seconds per
 family; the thorough tier (``-m slow``) compiles all of them, for sm_90 and sm_80.
 """
+
 import os
 import subprocess
 import sys
@@ -18,10 +19,18 @@ import pytest
 I32, I64 = "i32", "i64"
 # Kernels by family, each compiled in its own subprocess (so that pytest-xdist spreads them).
 FAMILIES = {
-    "classic": {"sparse_jl_forward_kernel", "sparse_jl_transpose_kernel", "sparse_jl_hash_kernel",
-                "philox_blocks_kernel", "seeded_dropout_kernel"},
-    "windowed_forward": {"sparse_jl_windowed_forward_kernel", "sparse_jl_windowed_shuffle_forward_kernel",
-                         "window_table_kernel"},  # and the Gluon forward on sm_90
+    "classic": {
+        "sparse_jl_forward_kernel",
+        "sparse_jl_transpose_kernel",
+        "sparse_jl_hash_kernel",
+        "philox_blocks_kernel",
+        "seeded_dropout_kernel",
+    },
+    "windowed_forward": {
+        "sparse_jl_windowed_forward_kernel",
+        "sparse_jl_windowed_shuffle_forward_kernel",
+        "window_table_kernel",
+    },  # and the Gluon forward on sm_90
     "windowed_transpose": {"sparse_jl_windowed_transpose_kernel"},
 }
 
@@ -34,13 +43,37 @@ def _transpose_variants(dtype, out_type, common, const, add_partial, paired, tra
 
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     for groups, tile_left, pipelined in transpose_steps:
-        yield ("sparse_jl_windowed_transpose_kernel",
-               {"y_ptr": f"*{dtype}", "order_ptr": "*i32", "starts_ptr": "*i32", "out_ptr": f"*{out_type}",
-                "partial_ptr": "*fp32", **common, "g_first": I32, "g_last": I32, "band": I32,
-                "out_col0": I64, "partial_col0": I64, "stride_ym": I64, "stride_yk": I32, "stride_om": I64,
-                "stride_od": I32, "stride_pm": I64, "stride_pd": I32},
-               {**const, "GROUPS": groups, "TILE_LEFT": tile_left, "ADD_PARTIAL": add_partial, "PAIRED": paired,
-                "PIPELINED": pipelined, "PARTIAL_FIRST": windowed._partial_first(torch_dtype)})
+        yield (
+            "sparse_jl_windowed_transpose_kernel",
+            {
+                "y_ptr": f"*{dtype}",
+                "order_ptr": "*i32",
+                "starts_ptr": "*i32",
+                "out_ptr": f"*{out_type}",
+                "partial_ptr": "*fp32",
+                **common,
+                "g_first": I32,
+                "g_last": I32,
+                "band": I32,
+                "out_col0": I64,
+                "partial_col0": I64,
+                "stride_ym": I64,
+                "stride_yk": I32,
+                "stride_om": I64,
+                "stride_od": I32,
+                "stride_pm": I64,
+                "stride_pd": I32,
+            },
+            {
+                **const,
+                "GROUPS": groups,
+                "TILE_LEFT": tile_left,
+                "ADD_PARTIAL": add_partial,
+                "PAIRED": paired,
+                "PIPELINED": pipelined,
+                "PARTIAL_FIRST": windowed._partial_first(torch_dtype),
+            },
+        )
 
 
 def _variants():
@@ -54,11 +87,22 @@ def _variants():
 
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-    for dtype, passes, dot in [("fp32", 3, tl.bfloat16), ("fp32", 2, tl.bfloat16), ("fp32", 1, tl.bfloat16),
-                               ("bf16", 0, tl.bfloat16), ("fp16", 0, tl.float16)]:
+    for dtype, passes, dot in [
+        ("fp32", 3, tl.bfloat16),
+        ("fp32", 2, tl.bfloat16),
+        ("fp32", 1, tl.bfloat16),
+        ("bf16", 0, tl.bfloat16),
+        ("fp16", 0, tl.float16),
+    ]:
         for key_type in (I32, I64, "one"):
-            const = {"DOMAIN": spec.DOMAIN_SPARSE_JL, "FP32_PASSES": passes, "DOT_DTYPE": dot,
-                     "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 64}
+            const = {
+                "DOMAIN": spec.DOMAIN_SPARSE_JL,
+                "FP32_PASSES": passes,
+                "DOT_DTYPE": dot,
+                "BLOCK_M": 64,
+                "BLOCK_N": 64,
+                "BLOCK_D": 64,
+            }
             promote = promote_every(passes, 1000, Tiling())
             key = I32
             if key_type == "one":  # the compiler turns integer arguments equal to 1 into constants
@@ -67,77 +111,203 @@ def _variants():
                 key = key_type
             common = {"table_ptr": "*i32", "n": I32, "d": I32, "k": I32, "nnz": I32, "scale": "fp32"}
             const.pop("DOMAIN")
-            yield ("sparse_jl_forward_kernel",
-                   {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "stride_xm": I64, "stride_xd": I32,
-                    "stride_om": I64, "stride_ok": I32, "stride_split": I64, "cols_per_split": I64},
-                   {**const, "PROMOTE_EVERY": promote})
-            yield ("sparse_jl_transpose_kernel",
-                   {"y_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **common, "stride_ym": I64, "stride_yk": I32,
-                    "stride_zm": I64, "stride_zd": I32}, const)
+            yield (
+                "sparse_jl_forward_kernel",
+                {
+                    "x_ptr": f"*{dtype}",
+                    "out_ptr": f"*{dtype}",
+                    **common,
+                    "stride_xm": I64,
+                    "stride_xd": I32,
+                    "stride_om": I64,
+                    "stride_ok": I32,
+                    "stride_split": I64,
+                    "cols_per_split": I64,
+                },
+                {**const, "PROMOTE_EVERY": promote},
+            )
+            yield (
+                "sparse_jl_transpose_kernel",
+                {
+                    "y_ptr": f"*{dtype}",
+                    "z_ptr": f"*{dtype}",
+                    **common,
+                    "stride_ym": I64,
+                    "stride_yk": I32,
+                    "stride_zm": I64,
+                    "stride_zd": I32,
+                },
+                const,
+            )
             hash_const = {"DOMAIN": spec.DOMAIN_SPARSE_JL, "BLOCK": 256}
             if key_type == "one":
                 hash_const.update(key0=1, key1=1, nnz=1)
-            yield ("sparse_jl_hash_kernel", {"table_ptr": "*i32", "d": I32, "k": I32, "nnz": I32,
-                                             "column_offset": I64, "key0": key, "key1": key}, hash_const)
-    for dtype, passes, dot in [("fp32", 3, tl.bfloat16), ("fp32", 2, tl.bfloat16), ("fp32", 1, tl.bfloat16),
-                               ("bf16", 0, tl.bfloat16), ("fp16", 0, tl.float16)]:
+            yield (
+                "sparse_jl_hash_kernel",
+                {"table_ptr": "*i32", "d": I32, "k": I32, "nnz": I32, "column_offset": I64, "key0": key, "key1": key},
+                hash_const,
+            )
+    for dtype, passes, dot in [
+        ("fp32", 3, tl.bfloat16),
+        ("fp32", 2, tl.bfloat16),
+        ("fp32", 1, tl.bfloat16),
+        ("bf16", 0, tl.bfloat16),
+        ("fp16", 0, tl.float16),
+    ]:
         for nnz, block_m in [(32, 32), (24, 64), (16, 64), (16, 32), (12, 64), (8, 128), (3, 32), (1, 16)]:
             blocks = windowed._band_blocks(nnz)
-            const = {"NNZ": nnz, "BLOCKS": blocks, "BANDS": spec.band_count(nnz), "FP32_PASSES": passes,
-                     "DOT_DTYPE": dot, "BLOCK_M": block_m, "WIDTH": windowed._width(nnz)}
-            common = {"words_ptr": "*i32", "rotations_ptr": "*i32", "n": I32, "d": I64, "column_offset": I64,
-                      "group_base": I64, "groups_per_split": I32, "windows": I32, "scale": "fp32"}
+            const = {
+                "NNZ": nnz,
+                "BLOCKS": blocks,
+                "BANDS": spec.band_count(nnz),
+                "FP32_PASSES": passes,
+                "DOT_DTYPE": dot,
+                "BLOCK_M": block_m,
+                "WIDTH": windowed._width(nnz),
+            }
+            common = {
+                "words_ptr": "*i32",
+                "rotations_ptr": "*i32",
+                "n": I32,
+                "d": I64,
+                "column_offset": I64,
+                "group_base": I64,
+                "groups_per_split": I32,
+                "windows": I32,
+                "scale": "fp32",
+            }
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants
                 const.update(windows=1, groups_per_split=1, scale=1.0)
-            for groups, unroll, _, pipelined in sorted({windowed._forward_steps(torch_dtypes[dtype], 1),
-                                                        windowed._forward_steps(torch_dtypes[dtype], 10**6)}):
-                yield ("sparse_jl_windowed_forward_kernel",
-                       {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,
-                        "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
-                       {**const, "GROUPS": groups, "UNROLL": unroll,
+            for groups, unroll, _, pipelined in sorted(
+                {windowed._forward_steps(torch_dtypes[dtype], 1), windowed._forward_steps(torch_dtypes[dtype], 10**6)}
+            ):
+                yield (
+                    "sparse_jl_windowed_forward_kernel",
+                    {
+                        "x_ptr": f"*{dtype}",
+                        "out_ptr": f"*{dtype}",
+                        **common,
+                        "groups": I32,
+                        "stride_xm": I64,
+                        "stride_xd": I32,
+                        "stride_om": I64,
+                        "stride_ok": I32,
+                        "stride_split": I64,
+                    },
+                    {
+                        **const,
+                        "GROUPS": groups,
+                        "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
-                        "PIPELINED": pipelined})
+                        "PIPELINED": pipelined,
+                    },
+                )
             if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
-                yield ("sparse_jl_windowed_forward_kernel",
-                       {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,
-                        "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
-                       {**const, "BLOCK_M": windowed._WIDE_ROWS, "GROUPS": 4, "UNROLL": 1, "PROMOTE_EVERY": 0,
-                        "PIPELINED": True})
+                yield (
+                    "sparse_jl_windowed_forward_kernel",
+                    {
+                        "x_ptr": f"*{dtype}",
+                        "out_ptr": f"*{dtype}",
+                        **common,
+                        "groups": I32,
+                        "stride_xm": I64,
+                        "stride_xd": I32,
+                        "stride_om": I64,
+                        "stride_ok": I32,
+                        "stride_split": I64,
+                    },
+                    {
+                        **const,
+                        "BLOCK_M": windowed._WIDE_ROWS,
+                        "GROUPS": 4,
+                        "UNROLL": 1,
+                        "PROMOTE_EVERY": 0,
+                        "PIPELINED": True,
+                    },
+                )
             if dtype == "fp32" and passes == 3 and block_m in (32, 16):  # the CUDA-core forward (_shuffles)
-                yield ("sparse_jl_windowed_shuffle_forward_kernel",
-                       {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", **common, "groups": I32, "stride_xm": I64,
-                        "stride_xd": I32, "stride_om": I64, "stride_ok": I32, "stride_split": I64},
-                       {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "BLOCK_M")}
-                       | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const})
+                yield (
+                    "sparse_jl_windowed_shuffle_forward_kernel",
+                    {
+                        "x_ptr": f"*{dtype}",
+                        "out_ptr": f"*{dtype}",
+                        **common,
+                        "groups": I32,
+                        "stride_xm": I64,
+                        "stride_xd": I32,
+                        "stride_om": I64,
+                        "stride_ok": I32,
+                        "stride_split": I64,
+                    },
+                    {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "BLOCK_M")}
+                    | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const},
+                )
             # The transpose: one launch for one band, or for two (PAIRED) where runs are long; else
             # band passes that store, then add to float32 sums (a half type's workspace until the
             # last band rounds into z).
             bands = spec.band_count(nnz)
             per_band = [(out, add, False) for out in sorted({dtype, "fp32"}) for add in (False, True)]
-            band_passes = {1: [(dtype, False, False)],
-                           # two bands: one launch, and launches per band where runs are short (d = 4096)
-                           2: [(dtype, False, True)] + (per_band if block_m == 64 else [])}.get(bands, per_band)
+            band_passes = {
+                1: [(dtype, False, False)],
+                # two bands: one launch, and launches per band where runs are short (d = 4096)
+                2: [(dtype, False, True)] + (per_band if block_m == 64 else []),
+            }.get(bands, per_band)
             for out_type, add_partial, paired in band_passes:
-                transpose_steps = [(windowed._TRANSPOSE_GROUPS, windowed._TRANSPOSE_TILE_LEFT,
-                                    windowed._transpose_pipelined(torch_dtypes[dtype], bands, paired, block_m))]
+                transpose_steps = [
+                    (
+                        windowed._TRANSPOSE_GROUPS,
+                        windowed._TRANSPOSE_TILE_LEFT,
+                        windowed._transpose_pipelined(torch_dtypes[dtype], bands, paired, block_m),
+                    )
+                ]
                 if dtype == "fp32" and passes == 3 and nnz in (16, 8) and (bands == 1 or paired):  # sweeps' steps
                     transpose_steps += [(2, False, False), (2, False, True), (4, True, not transpose_steps[0][2])]
                 yield from _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps)
     for nnz in (32, 16, 8, 3, 1):
-        const = {"NNZ": nnz, "BANDS": spec.band_count(nnz), "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
-                 "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP, "BLOCK": 256}
+        const = {
+            "NNZ": nnz,
+            "BANDS": spec.band_count(nnz),
+            "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
+            "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP,
+            "BLOCK": 256,
+        }
         if nnz == 1:
             const.update(key0=1, key1=1, windows=1)
-        yield ("window_table_kernel", {"words_ptr": "*i32", "rotations_ptr": "*i32", "group_base": I64,
-                                       "groups": I32, "windows": I32, "key0": I32, "key1": I32}, const)
-    yield ("philox_blocks_kernel", {"counter_ptr": "*i64", "key_ptr": "*i64", "out_ptr": "*i64", "n": I32},
-           {"BLOCK": 128})
+        yield (
+            "window_table_kernel",
+            {
+                "words_ptr": "*i32",
+                "rotations_ptr": "*i32",
+                "group_base": I64,
+                "groups": I32,
+                "windows": I32,
+                "key0": I32,
+                "key1": I32,
+            },
+            const,
+        )
+    yield (
+        "philox_blocks_kernel",
+        {"counter_ptr": "*i64", "key_ptr": "*i64", "out_ptr": "*i64", "n": I32},
+        {"BLOCK": 128},
+    )
     for dtype, compute in [("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32"), ("fp64", "fp64")]:
         for per_row, contiguous in [(False, True), (False, False), (True, False)]:
-            yield ("seeded_dropout_kernel",
-                   {"x_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "seeds_ptr": "*i64", "scale_ptr": f"*{compute}",
-                    "n_rows": I32, "n_cols": I64, "stride_xr": I64, "stride_xc": I32, "threshold": I64},
-                   {"DOMAIN": spec.DOMAIN_DROPOUT, "PER_ROW_SEED": per_row, "CONTIGUOUS": contiguous, "BLOCK": 1024})
+            yield (
+                "seeded_dropout_kernel",
+                {
+                    "x_ptr": f"*{dtype}",
+                    "y_ptr": f"*{dtype}",
+                    "seeds_ptr": "*i64",
+                    "scale_ptr": f"*{compute}",
+                    "n_rows": I32,
+                    "n_cols": I64,
+                    "stride_xr": I64,
+                    "stride_xc": I32,
+                    "threshold": I64,
+                },
+                {"DOMAIN": spec.DOMAIN_DROPOUT, "PER_ROW_SEED": per_row, "CONTIGUOUS": contiguous, "BLOCK": 1024},
+            )
 
 
 def _gluon_variants():
@@ -147,16 +317,44 @@ def _gluon_variants():
     from sjlt.ops import windowed
 
     for dtype in ("bf16", "fp16"):
-        for nnz, block_n, groups, stages in [(16, 128, *windowed._GLUON_STEPS), (8, 128, *windowed._GLUON_STEPS),
-                                             (4, 64, *windowed._GLUON_STEPS), (3, 64, 2, 3), (12, 128, 1, 2),
-                                             (24, 64, 4, 3)]:
-            yield ({"x_ptr": f"*{dtype}", "words_ptr": "*i32", "rotations_ptr": "*i32", "out_ptr": f"*{dtype}",
-                    "n": I32, "d": I64, "column_offset": I64, "group_base": I64, "groups": I32,
-                    "groups_per_split": I32, "windows": I32, "scale": "fp32", "stride_xm": I64, "stride_om": I64,
-                    "stride_ok": I32, "stride_split": I64},
-                   {"NNZ": nnz, "BLOCKS": windowed._band_blocks(nnz), "BANDS": spec.band_count(nnz),
-                    "BLOCK_N": block_n, "WIDTH": max(windowed._width(nnz), windowed._GLUON_MIN_WIDTH),
-                    "GROUPS": groups, "STAGES": stages, "WARPS": 4})
+        for nnz, block_n, groups, stages in [
+            (16, 128, *windowed._GLUON_STEPS),
+            (8, 128, *windowed._GLUON_STEPS),
+            (4, 64, *windowed._GLUON_STEPS),
+            (3, 64, 2, 3),
+            (12, 128, 1, 2),
+            (24, 64, 4, 3),
+        ]:
+            yield (
+                {
+                    "x_ptr": f"*{dtype}",
+                    "words_ptr": "*i32",
+                    "rotations_ptr": "*i32",
+                    "out_ptr": f"*{dtype}",
+                    "n": I32,
+                    "d": I64,
+                    "column_offset": I64,
+                    "group_base": I64,
+                    "groups": I32,
+                    "groups_per_split": I32,
+                    "windows": I32,
+                    "scale": "fp32",
+                    "stride_xm": I64,
+                    "stride_om": I64,
+                    "stride_ok": I32,
+                    "stride_split": I64,
+                },
+                {
+                    "NNZ": nnz,
+                    "BLOCKS": windowed._band_blocks(nnz),
+                    "BANDS": spec.band_count(nnz),
+                    "BLOCK_N": block_n,
+                    "WIDTH": max(windowed._width(nnz), windowed._GLUON_MIN_WIDTH),
+                    "GROUPS": groups,
+                    "STAGES": stages,
+                    "WARPS": 4,
+                },
+            )
 
 
 def compile_gluon(target, first_only=False) -> int:
@@ -171,8 +369,11 @@ def compile_gluon(target, first_only=False) -> int:
     variants = list(_gluon_variants())
     for signature, const in variants[:1] if first_only else variants:
         signature = dict(signature, **{c: "constexpr" for c in const})
-        divisible = [i for i, name in enumerate(signature) if name in ("x_ptr", "out_ptr", "d", "column_offset",
-                                                                        "stride_xm", "stride_om")]
+        divisible = [
+            i
+            for i, name in enumerate(signature)
+            if name in ("x_ptr", "out_ptr", "d", "column_offset", "stride_xm", "stride_om")
+        ]
         attrs = {(i,): [["tt.divisibility", 16]] for i in divisible}
         try:
             compiled = triton.compile(GluonASTSource(kernel, signature, const, attrs), target=target)
@@ -201,8 +402,12 @@ def compile_kernels(arch: int, family: str, every: bool) -> int:
 
     from sjlt.kernels import dropout, philox, sparse_jl, sparse_jl_windowed
 
-    kernels = {name: getattr(module, name) for module in (dropout, philox, sparse_jl, sparse_jl_windowed)
-               for name in dir(module) if name.endswith("_kernel")}
+    kernels = {
+        name: getattr(module, name)
+        for module in (dropout, philox, sparse_jl, sparse_jl_windowed)
+        for name in dir(module)
+        if name.endswith("_kernel")
+    }
     target = GPUTarget("cuda", arch, 32)
     failures = 0
     variants = [v for v in _variants() if v[0] in FAMILIES[family]]
@@ -224,8 +429,13 @@ def compile_kernels(arch: int, family: str, every: bool) -> int:
 def _compile_in_subprocess(arch: int, family: str, every: bool, cache_dir):
     # A fresh cache: a kernel compiled by an earlier run must still be compiled here.
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(cache_dir))
-    result = subprocess.run([sys.executable, __file__, str(arch), family, "every" if every else "first"], env=env,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, __file__, str(arch), family, "every" if every else "first"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
 
 

@@ -12,6 +12,7 @@ nothing but ``python -m sjlt`` imports the command line; and the modules import 
 even through an import inside a function. Every import counts, lazy or not: laziness changes when
 a module loads, not what it depends on.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,8 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Lowest first. A module belongs to the first entry whose name is the module or a parent
 #: package of it. A new module must be placed here (the test says so).
 LAYERS = [
-    ("core", ["sjlt._version", "sjlt._lazy", "sjlt.spec", "sjlt._dtypes", "sjlt._device", "sjlt._memory",
-              "sjlt._buffers", "sjlt.backends", "sjlt._backend", "sjlt.kernels"]),
+    (
+        "core",
+        [
+            "sjlt._version",
+            "sjlt._lazy",
+            "sjlt.spec",
+            "sjlt._dtypes",
+            "sjlt._device",
+            "sjlt._memory",
+            "sjlt._buffers",
+            "sjlt.backends",
+            "sjlt._backend",
+            "sjlt.kernels",
+        ],
+    ),
     ("engines", ["sjlt.reference", "sjlt.cpu_engine", "sjlt._cpu_kernels"]),
     ("ops", ["sjlt.ops"]),
     ("api", ["sjlt.functional", "sjlt.nn"]),
@@ -64,13 +78,14 @@ def _imports(module: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""
             # ``from package import submodule`` imports the submodule.
-            names = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source
-                     for alias in node.names]
+            names = [
+                f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source for alias in node.names
+            ]
         else:
             continue
         for name in names:
@@ -108,10 +123,11 @@ def test_every_module_has_a_layer():
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m not in TOP))
 def test_imports_point_down(module):
-    upward = [target for target in GRAPH[module]
-              if target not in TOP and _layer(target) > _layer(module)]
-    assert upward == [], (f"{module} ({LAYERS[_layer(module)][0]}) imports the higher layer(s) "
-                          f"{[(t, LAYERS[_layer(t)][0]) for t in upward]}")
+    upward = [target for target in GRAPH[module] if target not in TOP and _layer(target) > _layer(module)]
+    assert upward == [], (
+        f"{module} ({LAYERS[_layer(module)][0]}) imports the higher layer(s) "
+        f"{[(t, LAYERS[_layer(t)][0]) for t in upward]}"
+    )
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _adapter(m)))
@@ -121,9 +137,11 @@ def test_no_adapter_imports_another(module):
 
 
 def test_only_python_dash_m_imports_the_command_line():
-    importers = sorted(m for m, targets in GRAPH.items()
-                       if _adapter(m) != "sjlt.cli" and m != "sjlt.__main__"
-                       and any(_adapter(t) == "sjlt.cli" for t in targets))
+    importers = sorted(
+        m
+        for m, targets in GRAPH.items()
+        if _adapter(m) != "sjlt.cli" and m != "sjlt.__main__" and any(_adapter(t) == "sjlt.cli" for t in targets)
+    )
     assert importers == []
 
 

@@ -1,4 +1,5 @@
 """sjlt.metrics against scipy's pairwise distances: the one distortion measure of the package."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Philox4x32-10: the reference and the Triton core against Random123's known answers and each other."""
+
 import math
 
 import pytest
@@ -8,12 +9,18 @@ from sjlt import reference
 
 # Random123 known-answer vectors: (c0, c1, c2, c3, k0, k1) -> (r0, r1, r2, r3). shared/BRIEF.md section 3.
 KNOWN_ANSWERS = [
-    ((0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000),
-     (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
-     (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000),
+        (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8),
+    ),
+    (
+        (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
+        (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD),
+    ),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 

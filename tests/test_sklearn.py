@@ -1,4 +1,5 @@
 """sjlt.sklearn: scikit-learn's estimator contract, every input kind, integration, distortion."""
+
 import pickle
 import re
 import runpy
@@ -45,20 +46,25 @@ def digits():
 # scikit-learn's estimator checks
 # ------------------------------------------------------------------------------------------
 
+
 def _expected_failed_checks(estimator):
     if isinstance(estimator, FeatureDropout):
-        reason = ("FeatureDropout is dropout: fit_transform is the training pass (drops elements) "
-                  "and transform the inference pass (identity), like nn.Dropout in train/eval "
-                  "mode, so fit_transform(X) != fit(X).transform(X) by design")
+        reason = (
+            "FeatureDropout is dropout: fit_transform is the training pass (drops elements) "
+            "and transform the inference pass (identity), like nn.Dropout in train/eval "
+            "mode, so fit_transform(X) != fit(X).transform(X) by design"
+        )
         return {"check_transformer_general": reason, "check_transformer_data_not_an_array": reason}
     return {}
 
 
 # sklearn's own random projections are checked with n_components=2: its check data has 2-5 features.
 @parametrize_with_checks(
-    [SparseJLProjection(n_components=2),
-     SparseJLProjection(n_components=3, nnz=1, dense_output=False, batch_size=4),
-     FeatureDropout(p=0.3)],
+    [
+        SparseJLProjection(n_components=2),
+        SparseJLProjection(n_components=3, nnz=1, dense_output=False, batch_size=4),
+        FeatureDropout(p=0.3),
+    ],
     expected_failed_checks=_expected_failed_checks,
 )
 def test_sklearn_estimator_checks(estimator, check):
@@ -68,6 +74,7 @@ def test_sklearn_estimator_checks(estimator, check):
 # ------------------------------------------------------------------------------------------
 # random_state -> seed
 # ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", [0, 12345, 2**32, 2**64 - 1, np.uint64(2**63 + 5), np.int32(7)])
 def test_int_random_state_is_the_seed(seed):
@@ -81,9 +88,11 @@ def test_int_random_state_is_the_seed(seed):
 
 def test_random_state_generators_draw_one_uint64():
     assert seed_from_random_state(np.random.RandomState(3)) == int(
-        np.random.RandomState(3).randint(0, 2**64, dtype=np.uint64))
+        np.random.RandomState(3).randint(0, 2**64, dtype=np.uint64)
+    )
     assert seed_from_random_state(np.random.default_rng(3)) == int(
-        np.random.default_rng(3).integers(0, 2**64, dtype=np.uint64))
+        np.random.default_rng(3).integers(0, 2**64, dtype=np.uint64)
+    )
     generator = np.random.RandomState(4)
     assert seed_from_random_state(generator) != seed_from_random_state(generator)  # it advances
 
@@ -97,8 +106,9 @@ def test_random_state_none_uses_numpy_global_state():
 
 
 @pytest.mark.parametrize("estimator_type", [SparseJLProjection, FeatureDropout])
-@pytest.mark.parametrize("bad, error", [(-1, ValueError), (2**64, ValueError), (1.5, TypeError),
-                                        ("0", TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "bad, error", [(-1, ValueError), (2**64, ValueError), (1.5, TypeError), ("0", TypeError), (True, TypeError)]
+)
 def test_bad_random_state_is_rejected(estimator_type, bad, error):
     X = np.random.default_rng(0).standard_normal((4, 10))
     estimator = estimator_type(random_state=bad)
@@ -121,6 +131,7 @@ def test_seed_from_random_state_rejects_bad_values_directly():
 # fit
 # ------------------------------------------------------------------------------------------
 
+
 def test_auto_n_components_uses_sklearns_bound(np_rng):
     X = np_rng.standard_normal((40, 2000))
     est = SparseJLProjection(eps=0.5, random_state=0).fit(X)
@@ -142,21 +153,23 @@ def test_more_components_than_features_warns_like_sklearn(np_rng):
     X = np_rng.standard_normal((10, 5))
     with pytest.warns(DataDimensionalityWarning) as sklearn_warning:
         SparseRandomProjection(n_components=8).fit(X)
-    with pytest.warns(DataDimensionalityWarning,
-                      match=re.escape(str(sklearn_warning[0].message)).replace(r"\ ", " ")):
+    with pytest.warns(DataDimensionalityWarning, match=re.escape(str(sklearn_warning[0].message)).replace(r"\ ", " ")):
         est = SparseJLProjection(n_components=8, random_state=0).fit(X)
     assert est.transform(X).shape == (10, 8)
 
 
-@pytest.mark.parametrize("params, error, match", [
-    ({"n_components": 0}, ValueError, "'n_components' parameter"),
-    ({"n_components": "big"}, TypeError, "'n_components' parameter"),
-    ({"eps": 0.0}, ValueError, "'eps' parameter"),
-    ({"nnz": 0}, ValueError, "'nnz' parameter"),
-    ({"dense_output": "yes"}, TypeError, "'dense_output' parameter"),
-    ({"device": "tpu"}, ValueError, "'device' parameter"),
-    ({"batch_size": 0}, ValueError, "'batch_size' parameter"),
-])
+@pytest.mark.parametrize(
+    "params, error, match",
+    [
+        ({"n_components": 0}, ValueError, "'n_components' parameter"),
+        ({"n_components": "big"}, TypeError, "'n_components' parameter"),
+        ({"eps": 0.0}, ValueError, "'eps' parameter"),
+        ({"nnz": 0}, ValueError, "'nnz' parameter"),
+        ({"dense_output": "yes"}, TypeError, "'dense_output' parameter"),
+        ({"device": "tpu"}, ValueError, "'device' parameter"),
+        ({"batch_size": 0}, ValueError, "'batch_size' parameter"),
+    ],
+)
 def test_bad_parameters_are_rejected_in_fit(np_rng, params, error, match):
     est = SparseJLProjection(**params)  # stored verbatim, validated in fit
     assert all(getattr(est, key) == value for key, value in params.items())
@@ -177,6 +190,7 @@ def test_non_cpu_cuda_torch_device_is_rejected(np_rng):
 # ------------------------------------------------------------------------------------------
 # components_, pickling, state size
 # ------------------------------------------------------------------------------------------
+
 
 def test_components_is_materialised_on_demand_and_never_stored(np_rng):
     X = np_rng.standard_normal((20, 300))
@@ -216,16 +230,18 @@ def test_pickled_fitted_estimator_is_tiny_and_equivalent(np_rng):
 # transform: numpy, scipy.sparse, pandas
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype, expected", [(np.float32, np.float32), (np.float64, np.float64),
-                                             (np.int64, np.float64), (np.int32, np.float64)])
+
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [(np.float32, np.float32), (np.float64, np.float64), (np.int64, np.float64), (np.int32, np.float64)],
+)
 def test_dense_transform_dtype_and_values(np_rng, dtype, expected):
     X = (np_rng.standard_normal((30, 200)) * 10).astype(dtype)
     est = SparseJLProjection(24, random_state=5).fit(X)
     Y = est.transform(X)
     assert isinstance(Y, np.ndarray) and Y.dtype == expected and Y.shape == (30, 24)
     rtol = 1e-5 if expected == np.float32 else 1e-12
-    np.testing.assert_allclose(Y, X.astype(np.float64) @ est.components_.T.toarray(), rtol=rtol,
-                               atol=rtol * 10)
+    np.testing.assert_allclose(Y, X.astype(np.float64) @ est.components_.T.toarray(), rtol=rtol, atol=rtol * 10)
 
 
 def test_batched_transform_equals_whole(np_rng):
@@ -303,20 +319,24 @@ def test_pandas_output_works_with_auto_n_components(np_rng):
 # Input checks: scikit-learn's messages
 # ------------------------------------------------------------------------------------------
 
+
 def _fitted(n_features=10):
     X = np.random.default_rng(0).standard_normal((6, n_features))
     return SparseJLProjection(4, random_state=0).fit(X), X
 
 
 @pytest.mark.parametrize("to_input", [np.asarray, torch.from_numpy], ids=["numpy", "torch"])
-@pytest.mark.parametrize("corrupt, match", [
-    (lambda X: np.where(np.arange(X.size).reshape(X.shape) == 3, np.nan, X), "Input X contains NaN"),
-    (lambda X: np.where(np.arange(X.size).reshape(X.shape) == 3, np.inf, X), "Input X contains infinity"),
-    (lambda X: X + 1j, "Complex data not supported"),
-    (lambda X: X[:0], r"Found array with 0 sample\(s\)"),
-    (lambda X: X[:, :-1], "X has 9 features, but SparseJLProjection is expecting 10 features as input"),
-    (lambda X: X[0], "Expected 2D array"),
-])
+@pytest.mark.parametrize(
+    "corrupt, match",
+    [
+        (lambda X: np.where(np.arange(X.size).reshape(X.shape) == 3, np.nan, X), "Input X contains NaN"),
+        (lambda X: np.where(np.arange(X.size).reshape(X.shape) == 3, np.inf, X), "Input X contains infinity"),
+        (lambda X: X + 1j, "Complex data not supported"),
+        (lambda X: X[:0], r"Found array with 0 sample\(s\)"),
+        (lambda X: X[:, :-1], "X has 9 features, but SparseJLProjection is expecting 10 features as input"),
+        (lambda X: X[0], "Expected 2D array"),
+    ],
+)
 def test_bad_input_gets_sklearns_error(corrupt, match, to_input):
     est, X = _fitted()
     with pytest.raises(ValueError, match=match):
@@ -338,6 +358,7 @@ def test_unfitted_transform_raises():
 # torch tensors, devices, dask
 # ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_torch_tensor_in_torch_tensor_out(rng, dtype):
     X = torch.randn(25, 120, generator=rng)
@@ -345,8 +366,7 @@ def test_torch_tensor_in_torch_tensor_out(rng, dtype):
     Y = est.transform(X.to(dtype))
     assert isinstance(Y, torch.Tensor) and Y.dtype == dtype and Y.device == X.device
     tolerance = 5e-2 if dtype == torch.bfloat16 else 1e-5
-    np.testing.assert_allclose(Y.double().numpy(), est.transform(X.double().numpy()),
-                               rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(Y.double().numpy(), est.transform(X.double().numpy()), rtol=tolerance, atol=tolerance)
     assert torch.equal(Y, F.sparse_jl(X.to(dtype), 16, seed=8))
 
 
@@ -387,8 +407,7 @@ def test_gpu_pipeline_matches_cpu(np_rng, dtype):
 def test_auto_device_large_input_and_cuda_tensors(np_rng):
     X = np_rng.standard_normal((4200, 1024)).astype(np.float32)  # above the 2**22-element threshold
     est = SparseJLProjection(128, random_state=6).fit(X)
-    np.testing.assert_allclose(est.transform(X), est.set_params(device="cpu").transform(X),
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(est.transform(X), est.set_params(device="cpu").transform(X), rtol=1e-4, atol=1e-4)
     Y = est.transform(torch.from_numpy(X).cuda())
     assert Y.is_cuda
     np.testing.assert_allclose(Y.cpu().numpy(), est.transform(X), rtol=1e-4, atol=1e-4)
@@ -423,6 +442,7 @@ def test_dask_fit_needs_known_sizes(np_rng):
 # ------------------------------------------------------------------------------------------
 # inverse_transform and adjoint_transform
 # ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("k, d", [(12, 40), (40, 25)], ids=["k<d", "k>d"])
 def test_inverse_transform_is_the_pseudo_inverse(np_rng, k, d):
@@ -473,18 +493,22 @@ def test_adjoint_transform_is_the_transpose_not_an_inverse(np_rng):
 # Integration on digits
 # ------------------------------------------------------------------------------------------
 
+
 def test_pipeline_on_digits(digits):
     X, y = digits
-    model = make_pipeline(StandardScaler(), SparseJLProjection(32, random_state=0),
-                          LogisticRegression(max_iter=2000))
+    model = make_pipeline(StandardScaler(), SparseJLProjection(32, random_state=0), LogisticRegression(max_iter=2000))
     model.fit(X[:1200], y[:1200])
     assert model.score(X[1200:], y[1200:]) > 0.85
 
 
 def test_column_transformer_on_digits(digits):
     X, _ = digits
-    columns = ColumnTransformer([("top", SparseJLProjection(8, random_state=3), list(range(32))),
-                                 ("bottom", "passthrough", list(range(32, 64)))])
+    columns = ColumnTransformer(
+        [
+            ("top", SparseJLProjection(8, random_state=3), list(range(32))),
+            ("bottom", "passthrough", list(range(32, 64))),
+        ]
+    )
     out = columns.fit_transform(X)
     assert out.shape == (X.shape[0], 40)
     alone = SparseJLProjection(8, random_state=3).fit(X[:, :32])
@@ -494,8 +518,13 @@ def test_column_transformer_on_digits(digits):
 
 def test_grid_search_over_n_components_and_nnz(digits):
     X, y = digits
-    model = Pipeline([("scale", StandardScaler()), ("project", SparseJLProjection(random_state=0)),
-                      ("classify", LogisticRegression(max_iter=2000))])
+    model = Pipeline(
+        [
+            ("scale", StandardScaler()),
+            ("project", SparseJLProjection(random_state=0)),
+            ("classify", LogisticRegression(max_iter=2000)),
+        ]
+    )
     search = GridSearchCV(model, {"project__n_components": [8, 24], "project__nnz": [1, 4]}, cv=2)
     search.fit(X[:600], y[:600])
     assert len(search.cv_results_["params"]) == 4
@@ -523,6 +552,7 @@ def test_example_script_runs(capsys):
 # Distortion against SparseRandomProjection
 # ------------------------------------------------------------------------------------------
 
+
 def _dataset(kind, generator, n=100, d=2000):
     if kind == "dense":
         return generator.standard_normal((n, d)), 64
@@ -535,29 +565,36 @@ def _dataset(kind, generator, n=100, d=2000):
             row[generator.choice(d, 4, replace=False)] = generator.standard_normal(4)
         else:  # "window": all mass in 16 contiguous coordinates
             start = generator.integers(0, d - 16)
-            row[start:start + 16] = generator.standard_normal(16)
+            row[start : start + 16] = generator.standard_normal(16)
     return X, 64
 
 
 # Margins were set from 20 independent repetitions of the dense case (ratio 0.94-1.05).
-@pytest.mark.parametrize("kind, max_ratio", [("dense", 1.10), ("digits", 1.10),
-                                             ("very sparse", 0.5), ("window", 1.0)])
+@pytest.mark.parametrize("kind, max_ratio", [("dense", 1.10), ("digits", 1.10), ("very sparse", 0.5), ("window", 1.0)])
 def test_distortion_no_worse_than_sparse_random_projection(kind, max_ratio):
     generator = np.random.default_rng(20240601)
     X, k = _dataset(kind, generator)
     seeds = range(10)
-    ours = np.mean([distortion_percentile(X, SparseJLProjection(k, random_state=s).fit_transform(X), 99)
-                    for s in seeds])
-    theirs = np.mean([distortion_percentile(X, SparseRandomProjection(k, random_state=s, dense_output=True)
-                                            .fit_transform(X), 99) for s in seeds])
-    print(f"\n{kind}: n={X.shape[0]} d={X.shape[1]} k={k}, p99 distortion over 10 seeds: "
-          f"SparseJLProjection {ours:.3f}, SparseRandomProjection {theirs:.3f}, ratio {ours / theirs:.2f}")
+    ours = np.mean(
+        [distortion_percentile(X, SparseJLProjection(k, random_state=s).fit_transform(X), 99) for s in seeds]
+    )
+    theirs = np.mean(
+        [
+            distortion_percentile(X, SparseRandomProjection(k, random_state=s, dense_output=True).fit_transform(X), 99)
+            for s in seeds
+        ]
+    )
+    print(
+        f"\n{kind}: n={X.shape[0]} d={X.shape[1]} k={k}, p99 distortion over 10 seeds: "
+        f"SparseJLProjection {ours:.3f}, SparseRandomProjection {theirs:.3f}, ratio {ours / theirs:.2f}"
+    )
     assert ours <= theirs * max_ratio
 
 
 # ------------------------------------------------------------------------------------------
 # FeatureDropout
 # ------------------------------------------------------------------------------------------
+
 
 def test_dropout_fit_transform_is_seeded_dropout(np_rng):
     X = np_rng.standard_normal((40, 30)).astype(np.float32)

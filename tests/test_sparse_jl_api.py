@@ -1,4 +1,5 @@
 """The functional API, autograd, torch.library registration, torch.compile and the module."""
+
 import io
 
 import pytest
@@ -12,8 +13,9 @@ BACKENDS = ["torch", "triton"]
 
 
 def _dense_matrix(d, k, seed, nnz=None, offset=0):
-    return F.sparse_jl_matrix(d, k, seed=seed, nnz=nnz, column_offset=offset, backend="torch",
-                              dtype=torch.float64).to_dense()
+    return F.sparse_jl_matrix(
+        d, k, seed=seed, nnz=nnz, column_offset=offset, backend="torch", dtype=torch.float64
+    ).to_dense()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -29,15 +31,16 @@ def test_leading_dimensions_and_dense_equivalence(backend, kernel_device, rng):
 def test_column_shards_sum_to_the_whole(backend, kernel_device, rng):
     x = torch.randn(9, 300, generator=rng).to(kernel_device)
     whole = F.sparse_jl(x, 50, seed=4, backend=backend)
-    parts = sum(F.sparse_jl(x[:, a:b], 50, seed=4, column_offset=a, backend=backend)
-                for a, b in [(0, 17), (17, 200), (200, 300)])
+    parts = sum(
+        F.sparse_jl(x[:, a:b], 50, seed=4, column_offset=a, backend=backend)
+        for a, b in [(0, 17), (17, 200), (200, 300)]
+    )
     assert torch.allclose(whole, parts, atol=1e-5)
 
 
 def test_matrix_is_identical_from_every_backend(kernel_device):
     a = F.sparse_jl_matrix(333, 70, seed=2**63 + 11, nnz=5, column_offset=2**35, backend="torch")
-    b = F.sparse_jl_matrix(333, 70, seed=2**63 + 11, nnz=5, column_offset=2**35, backend="triton",
-                           device=kernel_device)
+    b = F.sparse_jl_matrix(333, 70, seed=2**63 + 11, nnz=5, column_offset=2**35, backend="triton", device=kernel_device)
     assert torch.equal(a.indices(), b.indices().cpu()) and torch.equal(a.values(), b.values().cpu())
     assert a.shape == (70, 333)
     # every column has nnz distinct rows, one in each block, with values +-1/sqrt(nnz)
@@ -75,21 +78,24 @@ def test_empty_inputs_give_empty_outputs(backend, kernel_device):
     assert F.sparse_jl_transpose(torch.empty(0, 5, device=kernel_device), 7, seed=0, backend=backend).shape == (0, 7)
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda x: F.sparse_jl(x.int(), 4, seed=0), TypeError, "floating-point"),
-    (lambda x: F.sparse_jl(x.bool(), 4, seed=0), TypeError, "floating-point"),
-    (lambda x: F.sparse_jl(x.numpy(), 4, seed=0), TypeError, "torch.Tensor"),
-    (lambda x: F.sparse_jl(x, 0, seed=0), ValueError, "out_features"),
-    (lambda x: F.sparse_jl(x, 4, seed=0, nnz=0), ValueError, "nnz"),
-    (lambda x: F.sparse_jl(x, 4, seed=0, nnz=5), ValueError, "nnz"),
-    (lambda x: F.sparse_jl(x, 4, seed=-1), ValueError, "seed"),
-    (lambda x: F.sparse_jl(x, 4, seed=2**64), ValueError, "seed"),
-    (lambda x: F.sparse_jl(x, 4, seed=1.5), TypeError, "seed"),
-    (lambda x: F.sparse_jl(x, 4, seed=0, column_offset=-1), ValueError, "column_offset"),
-    (lambda x: F.sparse_jl(x, 4, seed=0, backend="cuda"), ValueError, "backend"),
-    (lambda x: F.sparse_jl(x[0, 0], 4, seed=0), ValueError, "dimension"),
-    (lambda x: F.sparse_jl_transpose(x, 0, seed=0), ValueError, "in_features"),
-])
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda x: F.sparse_jl(x.int(), 4, seed=0), TypeError, "floating-point"),
+        (lambda x: F.sparse_jl(x.bool(), 4, seed=0), TypeError, "floating-point"),
+        (lambda x: F.sparse_jl(x.numpy(), 4, seed=0), TypeError, "torch.Tensor"),
+        (lambda x: F.sparse_jl(x, 0, seed=0), ValueError, "out_features"),
+        (lambda x: F.sparse_jl(x, 4, seed=0, nnz=0), ValueError, "nnz"),
+        (lambda x: F.sparse_jl(x, 4, seed=0, nnz=5), ValueError, "nnz"),
+        (lambda x: F.sparse_jl(x, 4, seed=-1), ValueError, "seed"),
+        (lambda x: F.sparse_jl(x, 4, seed=2**64), ValueError, "seed"),
+        (lambda x: F.sparse_jl(x, 4, seed=1.5), TypeError, "seed"),
+        (lambda x: F.sparse_jl(x, 4, seed=0, column_offset=-1), ValueError, "column_offset"),
+        (lambda x: F.sparse_jl(x, 4, seed=0, backend="cuda"), ValueError, "backend"),
+        (lambda x: F.sparse_jl(x[0, 0], 4, seed=0), ValueError, "dimension"),
+        (lambda x: F.sparse_jl_transpose(x, 0, seed=0), ValueError, "in_features"),
+    ],
+)
 def test_bad_arguments_get_clear_errors(call, error, match, rng):
     with pytest.raises(error, match=match):
         call(torch.randn(3, 8, generator=rng))

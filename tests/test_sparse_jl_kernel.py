@@ -1,13 +1,13 @@
 """The SJLT Triton kernels against the PyTorch reference: identical matrices, outputs within
 per-dtype tolerances, on fresh random inputs of odd shapes, strides, offsets and splits."""
+
 import pytest
 import torch
+from tiers import grid
 
 from sjlt import reference, spec
-from sjlt.ops import classic, windowed
-from sjlt.ops import layouts
+from sjlt.ops import classic, layouts, windowed
 from sjlt.ops._launch import Tiling
-from tiers import grid
 
 # Max |kernel - float64 reference| / max |reference|. float32 must be float32-accurate (the issue's
 # 1e-5 bar); half types are bounded by rounding the output to 8 (bf16) or 11 (fp16) bits.
@@ -53,8 +53,12 @@ def test_kernel_hash_table_equals_reference(kernel_device, n, d, k, nnz, offset,
     assert torch.equal(negative.cpu(), ref_negative)
 
 
-@pytest.mark.parametrize(*grid({"n,d,k,nnz,offset,seed": SHAPES, "dtype": [F32, BF16, F16]},
-                              fast=[{"dtype": F32}] + [{"n,d,k,nnz,offset,seed": shape} for shape in FAST_SHAPES]))
+@pytest.mark.parametrize(
+    *grid(
+        {"n,d,k,nnz,offset,seed": SHAPES, "dtype": [F32, BF16, F16]},
+        fast=[{"dtype": F32}] + [{"n,d,k,nnz,offset,seed": shape} for shape in FAST_SHAPES],
+    )
+)
 def test_forward_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, offset, seed):
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
@@ -74,9 +78,12 @@ def test_forward_column_splits_match_reference(kernel_device, rng, splits, k):
     assert _relative_error(got, want) <= TOLERANCE[torch.float32]
 
 
-@pytest.mark.parametrize(*grid({"splits": [1, 3], "dtype": [F32, BF16], "steps": [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2),
-                                                                             (4, 2)]},
-                              fast=[{"splits": 3, "dtype": F32}, {"splits": 1, "dtype": BF16, "steps": (4, 2)}]))
+@pytest.mark.parametrize(
+    *grid(
+        {"splits": [1, 3], "dtype": [F32, BF16], "steps": [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (4, 2)]},
+        fast=[{"splits": 3, "dtype": F32}, {"splits": 1, "dtype": BF16, "steps": (4, 2)}],
+    )
+)
 def test_windowed_forward_steps_match_reference(kernel_device, rng, steps, dtype, splits):
     """Several groups per dot and unrolled dots: group counts that no step size divides (19
     groups of 4 chunks at k = 512, nnz 8; offset mid-chunk), and splits that end mid-step."""
@@ -87,11 +94,24 @@ def test_windowed_forward_steps_match_reference(kernel_device, rng, steps, dtype
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize(*grid({"k,nnz,splits,paired": [(4096, 16, 3, False), (4096, 16, 3, True), (1152, 24, 1, None),
-                                                        (384, 12, 2, False), (384, 12, 2, True)],
-                               "dtype": [F32, BF16]},
-                              fast=[{"k,nnz,splits,paired": (384, 12, 2, False), "dtype": F32},
-                                    {"k,nnz,splits,paired": (384, 12, 2, True), "dtype": BF16}]))
+@pytest.mark.parametrize(
+    *grid(
+        {
+            "k,nnz,splits,paired": [
+                (4096, 16, 3, False),
+                (4096, 16, 3, True),
+                (1152, 24, 1, None),
+                (384, 12, 2, False),
+                (384, 12, 2, True),
+            ],
+            "dtype": [F32, BF16],
+        },
+        fast=[
+            {"k,nnz,splits,paired": (384, 12, 2, False), "dtype": F32},
+            {"k,nnz,splits,paired": (384, 12, 2, True), "dtype": BF16},
+        ],
+    )
+)
 def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, paired, dtype):
     """Programs per band (spec v5: each band of 8 blocks has its own rotation), including a short
     last band, with d-splits: the forward, and the transpose as band passes adding in order or,
@@ -108,10 +128,15 @@ def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, pair
 
 
 # groups: the transpose's tile as z's right operand (1), then as z^T's left (4)
-@pytest.mark.parametrize(*grid({"dtype": [F32, BF16], "k,nnz,paired": [(512, 8, None), (1024, 16, True), (1024, 16, False)],
-                               "groups": [1, 4]},
-                              fast=[{"dtype": F32, "k,nnz,paired": (512, 8, None), "groups": 4},
-                                    {"dtype": BF16, "k,nnz,paired": (512, 8, None), "groups": 1}]))
+@pytest.mark.parametrize(
+    *grid(
+        {"dtype": [F32, BF16], "k,nnz,paired": [(512, 8, None), (1024, 16, True), (1024, 16, False)], "groups": [1, 4]},
+        fast=[
+            {"dtype": F32, "k,nnz,paired": (512, 8, None), "groups": 4},
+            {"dtype": BF16, "k,nnz,paired": (512, 8, None), "groups": 1},
+        ],
+    )
+)
 def test_windowed_pipelined_steps_match_reference(kernel_device, rng, groups, k, nnz, paired, dtype):
     """Steps whose loads are issued ahead (design 8): group counts and splits that no step divides,
     promoted runs that restart the pipeline (float32), and for the two-band transpose runs of
@@ -120,22 +145,42 @@ def test_windowed_pipelined_steps_match_reference(kernel_device, rng, groups, k,
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
     for promote in (0, 2):
-        got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset,
-                               Tiling(splits=3, steps=(groups, 1), pipelined=True, promote_every=promote))
+        got = windowed.forward(
+            x.to(kernel_device),
+            k,
+            *_key(seed),
+            nnz,
+            offset,
+            Tiling(splits=3, steps=(groups, 1), pipelined=True, promote_every=promote),
+        )
         assert _relative_error(got, want) <= TOLERANCE[dtype]
     y = torch.randn(n, k, generator=rng).to(dtype)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
-    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset,
-                             Tiling(splits=3, steps=(groups, groups == 4), paired=paired, pipelined=True))
+    got = windowed.transpose(
+        y.to(kernel_device),
+        d,
+        *_key(seed),
+        nnz,
+        offset,
+        Tiling(splits=3, steps=(groups, groups == 4), paired=paired, pipelined=True),
+    )
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize(*grid({"n,rows": [(21, 32), (5, 16)],
-                               "k,nnz,splits": [(1024, 16, 3), (384, 12, 2), (512, 8, 1), (96, 3, 2)],
-                               "dtype": [F32, BF16]},
-                              fast=[{"n,rows": (5, 16), "k,nnz,splits": (384, 12, 2), "dtype": F32},
-                                    {"n,rows": (21, 32), "k,nnz,splits": (96, 3, 2), "dtype": BF16},
-                                    {"n,rows": (21, 32), "k,nnz,splits": (512, 8, 1), "dtype": F32}]))
+@pytest.mark.parametrize(
+    *grid(
+        {
+            "n,rows": [(21, 32), (5, 16)],
+            "k,nnz,splits": [(1024, 16, 3), (384, 12, 2), (512, 8, 1), (96, 3, 2)],
+            "dtype": [F32, BF16],
+        },
+        fast=[
+            {"n,rows": (5, 16), "k,nnz,splits": (384, 12, 2), "dtype": F32},
+            {"n,rows": (21, 32), "k,nnz,splits": (96, 3, 2), "dtype": BF16},
+            {"n,rows": (21, 32), "k,nnz,splits": (512, 8, 1), "dtype": F32},
+        ],
+    )
+)
 def test_windowed_shuffle_forward_matches_reference(kernel_device, rng, k, nnz, splits, n, rows, dtype):
     """The forward on the CUDA cores (chunks permuted by warp shuffles): two bands, a short last
     band, one band, fewer blocks than a band; group counts and splits that end mid-run; fewer rows
@@ -143,8 +188,9 @@ def test_windowed_shuffle_forward_matches_reference(kernel_device, rng, k, nnz, 
     d, offset, seed = 1203, 2**33 + 9, 2**62 + 7
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
-    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset,
-                           Tiling(splits=splits, shuffle=True, blocks=(rows,)))
+    got = windowed.forward(
+        x.to(kernel_device), k, *_key(seed), nnz, offset, Tiling(splits=splits, shuffle=True, blocks=(rows,))
+    )
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
@@ -154,8 +200,14 @@ def test_wide_row_forward_matches_reference(kernel_device, rng, dtype):
     n, d, k, nnz, offset, seed = 150, 1203, 1024, 16, 2**33 + 9, 2**62 + 7
     x = torch.randn(n, d, generator=rng).to(dtype)
     want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
-    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset,
-                           Tiling(blocks=(windowed._WIDE_ROWS,), steps=(4, 1), pipelined=True, splits=2))
+    got = windowed.forward(
+        x.to(kernel_device),
+        k,
+        *_key(seed),
+        nnz,
+        offset,
+        Tiling(blocks=(windowed._WIDE_ROWS,), steps=(4, 1), pipelined=True, splits=2),
+    )
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
@@ -230,21 +282,24 @@ def test_two_band_order_table_sorts_groups_by_their_shift(kernel_device):
     order, starts = (table.long().cpu() for table in windowed.shift_order(tables))
     assert torch.equal(order.sort().values, torch.arange(tables.groups)) and int(starts[-1]) == tables.groups
     for delta in range(windows):
-        for group in order[starts[delta]:starts[delta + 1]].tolist():
+        for group in order[starts[delta] : starts[delta + 1]].tolist():
             columns = slice(16 * windows * group, min(d, 16 * windows * (group + 1)))
             assert bool(((window[0, columns] + delta) % windows == window[8, columns]).all())
 
 
 # (n, d, groups): 150 x 3001 in the thorough tier, 70 x 150 in the fast one; offset 37, k = 768
 # and nnz 24 make a group 32 columns (2 windows), so 94 or 5 groups hold the input.
-@pytest.mark.parametrize("n,d,groups,budget,slab", [
-    pytest.param(150, 3001, 94, 0, (64, 1), marks=pytest.mark.slow),
-    pytest.param(150, 3001, 94, 40_000, (64, 4), marks=pytest.mark.slow),
-    pytest.param(150, 3001, 94, 1 << 30, (150, 94), marks=pytest.mark.slow),
-    (70, 150, 5, 0, (64, 1)),
-    (70, 150, 5, 40_000, (64, 4)),
-    (70, 150, 5, 1 << 30, (70, 5)),
-])
+@pytest.mark.parametrize(
+    "n,d,groups,budget,slab",
+    [
+        pytest.param(150, 3001, 94, 0, (64, 1), marks=pytest.mark.slow),
+        pytest.param(150, 3001, 94, 40_000, (64, 4), marks=pytest.mark.slow),
+        pytest.param(150, 3001, 94, 1 << 30, (150, 94), marks=pytest.mark.slow),
+        (70, 150, 5, 0, (64, 1)),
+        (70, 150, 5, 40_000, (64, 4)),
+        (70, 150, 5, 1 << 30, (70, 5)),
+    ],
+)
 def test_half_type_transpose_band_sums_fit_the_workspace(kernel_device, rng, monkeypatch, n, d, groups, budget, slab):
     """A bfloat16 transpose with three bands keeps its float32 band sums in slabs of rows and groups
     within sjlt.backends.workspace_bytes (at least 64 rows of one group): every slab shape gives
@@ -262,11 +317,20 @@ def test_half_type_transpose_band_sums_fit_the_workspace(kernel_device, rng, mon
     assert _relative_error(got, want) <= TOLERANCE[torch.bfloat16]
 
 
-@pytest.mark.parametrize(*grid({"k,nnz,steps": [(96, 8, None), (512, 8, (1, 2)), (4096, 16, (4, 1))],
-                               "dtype": [F32, BF16], "promote_every": [0, 1, 3]},
-                              fast=[{"k,nnz,steps": (96, 8, None), "dtype": F32},
-                                    {"k,nnz,steps": (512, 8, (1, 2)), "dtype": BF16, "promote_every": 3},
-                                    {"k,nnz,steps": (4096, 16, (4, 1)), "dtype": F32, "promote_every": 1}]))
+@pytest.mark.parametrize(
+    *grid(
+        {
+            "k,nnz,steps": [(96, 8, None), (512, 8, (1, 2)), (4096, 16, (4, 1))],
+            "dtype": [F32, BF16],
+            "promote_every": [0, 1, 3],
+        },
+        fast=[
+            {"k,nnz,steps": (96, 8, None), "dtype": F32},
+            {"k,nnz,steps": (512, 8, (1, 2)), "dtype": BF16, "promote_every": 3},
+            {"k,nnz,steps": (4096, 16, (4, 1)), "dtype": F32, "promote_every": 1},
+        ],
+    )
+)
 def test_forward_promotion_matches_reference(kernel_device, rng, k, nnz, steps, dtype, promote_every):
     """Runs of steps summed in a fresh accumulator and added to the total (exact float32's
     default), runs of one step, or one accumulator: both layouts, unrolled and stacked steps, runs
@@ -280,11 +344,16 @@ def test_forward_promotion_matches_reference(kernel_device, rng, k, nnz, steps, 
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize(*grid({"k,nnz": [(512, 8), (1024, 16)], "splits": [1, 3], "groups": [1, 2, 4],
-                               "tile_left": [False, True]},
-                              fast=[{"k,nnz": (512, 8), "splits": 3, "groups": 2},
-                                    {"k,nnz": (512, 8), "splits": 3, "groups": 4},
-                                    {"k,nnz": (1024, 16), "splits": 3, "groups": 4, "tile_left": True}]))
+@pytest.mark.parametrize(
+    *grid(
+        {"k,nnz": [(512, 8), (1024, 16)], "splits": [1, 3], "groups": [1, 2, 4], "tile_left": [False, True]},
+        fast=[
+            {"k,nnz": (512, 8), "splits": 3, "groups": 2},
+            {"k,nnz": (512, 8), "splits": 3, "groups": 4},
+            {"k,nnz": (1024, 16), "splits": 3, "groups": 4, "tile_left": True},
+        ],
+    )
+)
 def test_windowed_transpose_groups_match_reference(kernel_device, rng, groups, splits, tile_left, k, nnz):
     """Several groups' chunks per transpose dot, as z or z^T, with group counts and splits no step
     divides; with two bands, over runs of groups that share their band-1 shift, which neither
@@ -292,14 +361,23 @@ def test_windowed_transpose_groups_match_reference(kernel_device, rng, groups, s
     n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
     y = torch.randn(n, k, generator=rng)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
-    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset,
-                             Tiling(splits=splits, steps=(groups, tile_left), paired=nnz == 16 or None))
+    got = windowed.transpose(
+        y.to(kernel_device),
+        d,
+        *_key(seed),
+        nnz,
+        offset,
+        Tiling(splits=splits, steps=(groups, tile_left), paired=nnz == 16 or None),
+    )
     assert _relative_error(got, want) <= TOLERANCE[torch.float32]
 
 
-@pytest.mark.parametrize(*grid({"n,d,k,nnz,offset,seed": SHAPES, "dtype": [F32, BF16]},
-                              fast=[{"dtype": F32}] + [{"n,d,k,nnz,offset,seed": shape} for shape in FAST_SHAPES
-                                                       if shape[1] < 1000]))
+@pytest.mark.parametrize(
+    *grid(
+        {"n,d,k,nnz,offset,seed": SHAPES, "dtype": [F32, BF16]},
+        fast=[{"dtype": F32}] + [{"n,d,k,nnz,offset,seed": shape} for shape in FAST_SHAPES if shape[1] < 1000],
+    )
+)
 def test_transpose_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, offset, seed):
     y = torch.randn(n, k, generator=rng).to(dtype)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
@@ -405,8 +483,7 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["workspace_bytes", "dense_cache_bytes"])
-@pytest.mark.parametrize("value,error", [(-1, ValueError), (1.5e8, TypeError), (True, TypeError),
-                                         ("64MB", TypeError)])
+@pytest.mark.parametrize("value,error", [(-1, ValueError), (1.5e8, TypeError), (True, TypeError), ("64MB", TypeError)])
 def test_bad_byte_budgets_are_clear_errors(monkeypatch, name, value, error):
     """A budget set by hand to a non-int or a negative number fails where the engine reads it,
     naming the setting, before anything is launched or cached."""
@@ -514,8 +591,10 @@ def test_float32_precision_modes(k, nnz, kernel_device, rng, monkeypatch):
             torch.set_float32_matmul_precision(mode)
             got = layouts.triton_forward(x.float().to(kernel_device), k, key0, key1, nnz, 0).double().cpu()
             got_t = layouts.triton_transpose(y.float().to(kernel_device), 200, key0, key1, nnz, 0).double().cpu()
-            errors[mode] = max(float((got - want).abs().max() / want.abs().max()),
-                               float((got_t - want_t).abs().max() / want_t.abs().max()))
+            errors[mode] = max(
+                float((got - want).abs().max() / want.abs().max()),
+                float((got_t - want_t).abs().max() / want_t.abs().max()),
+            )
             assert errors[mode] <= tolerance, (mode, errors)
     finally:
         torch.set_float32_matmul_precision(previous)

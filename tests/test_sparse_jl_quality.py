@@ -3,6 +3,7 @@
 Statistical tests use fixed seeds so they are deterministic; the bars were set from the
 measured ratios (printed with -s) with a margin for other seeds, not tuned to pass.
 """
+
 import math
 
 import numpy as np
@@ -35,7 +36,7 @@ def _family(name: str, gen: torch.Generator) -> torch.Tensor:
     if name == "window":  # all mass in 16 contiguous coordinates at a random place
         for i in range(POINTS):
             start = int(torch.randint(0, D - 16, (1,), generator=gen))
-            x[i, start:start + 16] = torch.randn(16, generator=gen, dtype=torch.float64)
+            x[i, start : start + 16] = torch.randn(16, generator=gen, dtype=torch.float64)
         return x
     raise ValueError(name)
 
@@ -46,10 +47,14 @@ def test_distortion_matches_a_gaussian_projection(family, k):
     x = _family(family, torch.Generator().manual_seed(2024))
     ours = np.mean([distortion_percentile(x, F.sparse_jl(x, k, seed=s), 99) for s in SEEDS])
     gauss_gen = torch.Generator().manual_seed(7)
-    gaussian = np.mean([
-        distortion_percentile(x, x @ (torch.randn(k, D, generator=gauss_gen, dtype=torch.float64) / math.sqrt(k)).T, 99)
-        for _ in SEEDS
-    ])
+    gaussian = np.mean(
+        [
+            distortion_percentile(
+                x, x @ (torch.randn(k, D, generator=gauss_gen, dtype=torch.float64) / math.sqrt(k)).T, 99
+            )
+            for _ in SEEDS
+        ]
+    )
     print(f"{family} k={k}: sjlt p99 {ours:.3f}, gaussian p99 {gaussian:.3f}, ratio {ours / gaussian:.2f}")
     assert ours <= 1.15 * gaussian
 
@@ -58,8 +63,7 @@ def test_squared_norm_is_unbiased():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(1, 300, generator=gen, dtype=torch.float64)
     x[0, :10] *= 20  # a few heavy coordinates make collisions matter
-    ratios = torch.tensor([float(F.sparse_jl(x, 32, seed=s, nnz=4).pow(2).sum() / x.pow(2).sum())
-                           for s in range(3000)])
+    ratios = torch.tensor([float(F.sparse_jl(x, 32, seed=s, nnz=4).pow(2).sum() / x.pow(2).sum()) for s in range(3000)])
     stderr = ratios.std() / math.sqrt(len(ratios))
     assert abs(float(ratios.mean()) - 1.0) < 4 * float(stderr)
     assert float(ratios.std()) > 0  # the statistic is not degenerate
@@ -98,7 +102,7 @@ def test_windowed_layout_structure():
     per_group = window[0, :, 0].reshape(-1, windows)
     assert bool((per_group.sort(-1).values == torch.arange(windows)).all())
     assert stats.chisquare(torch.bincount(per_group[:, 0], minlength=windows).numpy()).pvalue > 1e-4
-    masks = (by_chunk[:, :, 0] % 16)  # the XOR mask of each (block, chunk): row of lane 0
+    masks = by_chunk[:, :, 0] % 16  # the XOR mask of each (block, chunk): row of lane 0
     assert stats.chisquare(torch.bincount(masks.reshape(-1), minlength=16).numpy()).pvalue > 1e-4
     assert stats.binomtest(int(negative.sum()), negative.numel(), 0.5).pvalue > 1e-4
     # masks of neighbouring chunks and of consecutive blocks are independent
@@ -119,7 +123,7 @@ def test_windowed_bands_rotate_independently():
     t = torch.arange(nnz)[:, None]
     window = ((rows - t * (k // nnz)) // 16).reshape(nnz, d // 16, 16)[:, :, 0]  # (block, chunk)
     for band in range(spec.band_count(nnz)):
-        in_band = window[8 * band:8 * band + 8]
+        in_band = window[8 * band : 8 * band + 8]
         assert bool((in_band == in_band[:1]).all())
         per_group = in_band[0].reshape(-1, windows)
         assert bool((per_group.sort(-1).values == torch.arange(windows)).all())
@@ -128,18 +132,20 @@ def test_windowed_bands_rotate_independently():
     chunks = torch.arange(d // 16)
     other = (chunks + windows * 5) % (d // 16)  # a chunk five groups on
     shared = first == first[other]
-    assert stats.binomtest(int((second[shared] == second[other][shared]).sum()), int(shared.sum()),
-                           1 / windows).pvalue > 1e-4
+    assert (
+        stats.binomtest(int((second[shared] == second[other][shared]).sum()), int(shared.sum()), 1 / windows).pvalue
+        > 1e-4
+    )
 
 
 def test_band_zero_is_the_v4_matrix():
     """Band 0's rotation is v4's R_g, so matrices with nnz <= 8 are unchanged since v3 and saved
     states of them keep loading (spec.sparse_jl_same_since)."""
     groups = torch.arange(1000, dtype=torch.int64)
-    assert torch.equal(reference.window_rotations(groups, 7, 3, 16)[:, 0],
-                       reference.window_rotations(groups, 7, 3, 8)[:, 0])
+    assert torch.equal(
+        reference.window_rotations(groups, 7, 3, 16)[:, 0], reference.window_rotations(groups, 7, 3, 8)[:, 0]
+    )
     assert spec.sparse_jl_same_since(1024, 8) == spec.sparse_jl_same_since(100, 13) == (3, 4, 5)
     assert spec.sparse_jl_same_since(4096, 16) == spec.sparse_jl_same_since(384, 12) == (5,)
     # a malformed record trusts the current version alone
     assert spec.sparse_jl_same_since("4096", 16) == spec.sparse_jl_same_since(4096, None) == (spec.SPEC_VERSION,)
-

@@ -1,4 +1,5 @@
 """The stream spec: seed range, version, and the separation of SJLT and dropout counters."""
+
 import numpy as np
 import pytest
 import torch
@@ -18,10 +19,18 @@ def test_valid_seeds_split_into_key_words(seed):
     assert 0 <= k0 < 2**32 and 0 <= k1 < 2**32
 
 
-@pytest.mark.parametrize("seed,error", [
-    (-1, ValueError), (2**64, ValueError), (1.0, TypeError), ("3", TypeError), (True, TypeError),
-    (None, TypeError), (torch.tensor(3), TypeError),
-])
+@pytest.mark.parametrize(
+    "seed,error",
+    [
+        (-1, ValueError),
+        (2**64, ValueError),
+        (1.0, TypeError),
+        ("3", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+        (torch.tensor(3), TypeError),
+    ],
+)
 def test_invalid_seeds_are_refused_with_a_clear_error(seed, error):
     with pytest.raises(error, match="seed"):
         spec.check_seed(seed)
@@ -37,9 +46,15 @@ def test_streams_stay_independent_under_the_same_seed():
     seed, k = 42, 2**20 - 1  # k is odd, so the classic layout applies
     rows, _ = reference.sparse_jl_hash(4096, k, seed=seed, nnz=1)
     g = torch.arange(4096, dtype=torch.int64)
-    words = {domain: reference.philox4x32_10(g, torch.zeros_like(g), torch.zeros_like(g), domain, seed, 0)[0]
-             for domain in (spec.DOMAIN_SPARSE_JL, spec.DOMAIN_DROPOUT, spec.DOMAIN_SPARSE_JL_WINDOW,
-                            spec.DOMAIN_SPARSE_JL_GROUP)}
+    words = {
+        domain: reference.philox4x32_10(g, torch.zeros_like(g), torch.zeros_like(g), domain, seed, 0)[0]
+        for domain in (
+            spec.DOMAIN_SPARSE_JL,
+            spec.DOMAIN_DROPOUT,
+            spec.DOMAIN_SPARSE_JL_WINDOW,
+            spec.DOMAIN_SPARSE_JL_GROUP,
+        )
+    }
     assert torch.equal(rows[0], (words[spec.DOMAIN_SPARSE_JL] * k) >> 32)  # the documented formula
     assert torch.equal(reference.chunk_words(g, 1, seed)[0], words[spec.DOMAIN_SPARSE_JL_WINDOW])
     rotations = reference.window_rotations(g, 7, seed, 1)[:, 0]
@@ -56,8 +71,10 @@ def test_dropout_threshold_is_exact(p, threshold):
     assert spec.dropout_threshold(p) == threshold
 
 
-@pytest.mark.parametrize("nnz,k,error", [(0, 4, ValueError), (5, 4, ValueError), (1.5, 4, TypeError),
-                                         (2, 0, ValueError), (2, 2.0, TypeError)])
+@pytest.mark.parametrize(
+    "nnz,k,error",
+    [(0, 4, ValueError), (5, 4, ValueError), (1.5, 4, TypeError), (2, 0, ValueError), (2, 2.0, TypeError)],
+)
 def test_resolve_nnz_rejects_bad_values(nnz, k, error):
     with pytest.raises(error):
         spec.resolve_nnz(nnz, k)
@@ -68,10 +85,26 @@ def test_default_nnz_is_capped_by_out_features():
     assert spec.resolve_nnz(None, 1000) == spec.DEFAULT_NNZ
 
 
-@pytest.mark.parametrize("k,nnz,windowed", [(16, 1, True), (48, 3, True), (64, 4, True), (100, 8, False),
-                                            (128, 8, True), (200, 8, False), (1792, 8, True), (2048, 16, True),
-                                            (2176, 8, True), (2304, 16, True), (4096, 16, True), (8192, 16, True),
-                                            (4224, 8, True), (5000, 8, False), (7, 7, False)])
+@pytest.mark.parametrize(
+    "k,nnz,windowed",
+    [
+        (16, 1, True),
+        (48, 3, True),
+        (64, 4, True),
+        (100, 8, False),
+        (128, 8, True),
+        (200, 8, False),
+        (1792, 8, True),
+        (2048, 16, True),
+        (2176, 8, True),
+        (2304, 16, True),
+        (4096, 16, True),
+        (8192, 16, True),
+        (4224, 8, True),
+        (5000, 8, False),
+        (7, 7, False),
+    ],
+)
 def test_default_nnz_picks_the_windowed_layout_where_it_applies(k, nnz, windowed):
     assert spec.default_nnz(k) == nnz
     assert spec.is_windowed(k, nnz) == windowed
@@ -96,6 +129,7 @@ def test_band_rotations_follow_the_spec():
     rotations = reference.window_rotations(g, windows, seed, 40)
     assert rotations.shape == (300, spec.band_count(40)) == (300, 5)
     for band in range(5):
-        words = reference.philox4x32_10(g & 0xFFFFFFFF, g >> 32, torch.full_like(g, band // 4),
-                                        spec.DOMAIN_SPARSE_JL_GROUP, k0, k1)
+        words = reference.philox4x32_10(
+            g & 0xFFFFFFFF, g >> 32, torch.full_like(g, band // 4), spec.DOMAIN_SPARSE_JL_GROUP, k0, k1
+        )
         assert torch.equal(rotations[:, band], (words[band % 4] * windows) >> 32)

@@ -4,6 +4,7 @@ masks, autocast like F.linear, seed state in state_dicts.
 On CPU machines (CI) compile runs with the ``aot_eager`` backend and the kernels under the
 interpreter; on a GPU machine the same tests use inductor and CUDA, and the CUDA-graph tests run.
 """
+
 import io
 
 import pytest

@@ -3,6 +3,7 @@
 A grid of cases runs whole in the thorough tier; the fast tier runs the combinations that cover
 each code path once, chosen where the interpreter makes the whole grid take minutes.
 """
+
 from __future__ import annotations
 
 import itertools

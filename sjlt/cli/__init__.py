@@ -7,6 +7,7 @@ Exit status: 0 on success; 1 for a problem with the input, output or environment
 ``sjlt: error: ...`` saying what and how to fix it); 2 for invalid flags, as argparse does;
 128 + the signal number after SIGINT or SIGTERM, with no partial output left behind.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,10 @@ __all__ = ["main", "build_parser", "CLIError"]
 
 #: torch's notices about its sparse CSR tensors (used by the CPU reference): they tell a user of
 #: the command line nothing they can act on.
-_TORCH_SPARSE_NOTICES = ("Sparse CSR tensor support is in beta state",
-                         "Sparse invariant checks are implicitly disabled")
+_TORCH_SPARSE_NOTICES = (
+    "Sparse CSR tensor support is in beta state",
+    "Sparse invariant checks are implicitly disabled",
+)
 
 
 def _positive_int(text: str) -> int:
@@ -51,7 +54,8 @@ def _dims(text: str) -> list[int]:
         dims = [_positive_int(part) for part in text.split(",") if part.strip()]
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated positive integers like 32,64,128, got {text!r}") from None
+            f"expected comma-separated positive integers like 32,64,128, got {text!r}"
+        ) from None
     if not dims:
         raise argparse.ArgumentTypeError("expected at least one k, like 32,64,128")
     return sorted(set(dims))
@@ -59,73 +63,101 @@ def _dims(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true",
-                        help="show the full traceback of an error")
-    common.add_argument("--device", choices=DEVICE_CHOICES, default="auto",
-                        help="where to compute: auto = the GPU when torch sees one (default)")
-    common.add_argument("--column", metavar="NAME",
-                        help="the embedding column of a parquet file (found automatically when "
-                             "there is exactly one list-of-floats column)")
+    common.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    common.add_argument(
+        "--device",
+        choices=DEVICE_CHOICES,
+        default="auto",
+        help="where to compute: auto = the GPU when torch sees one (default)",
+    )
+    common.add_argument(
+        "--column",
+        metavar="NAME",
+        help="the embedding column of a parquet file (found automatically when "
+        "there is exactly one list-of-floats column)",
+    )
 
     parser = argparse.ArgumentParser(
-        prog="sjlt", description="Seeded sparse Johnson-Lindenstrauss projections of embedding files.")
-    parser.add_argument("--version", action="version",
-                        version=f"sjlt {__version__} (stream spec {spec.SPEC_VERSION})")
+        prog="sjlt", description="Seeded sparse Johnson-Lindenstrauss projections of embedding files."
+    )
+    parser.add_argument("--version", action="version", version=f"sjlt {__version__} (stream spec {spec.SPEC_VERSION})")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     project = commands.add_parser(
-        "project", parents=[common], help="project a .npy or parquet file of embeddings to k dims",
+        "project",
+        parents=[common],
+        help="project a .npy or parquet file of embeddings to k dims",
         description="Project every row of INPUT to --dim dimensions with the sparse JL matrix of "
-                    "--seed, streaming in batches with bounded memory. OUTPUT appears complete or "
-                    "not at all; its format follows its extension (.npy or .parquet).")
-    project.add_argument("input", metavar="INPUT",
-                         help=".npy or .parquet file, a directory of them, or a quoted glob")
-    project.add_argument("output", metavar="OUTPUT",
-                         help="output file (.npy/.parquet); a directory when INPUT names several files")
-    project.add_argument("--dim", "-k", type=_positive_int, required=True, metavar="K",
-                         help="output dimensions")
-    project.add_argument("--seed", type=_seed, default=0,
-                         help="the matrix's seed, an int in [0, 2**64) (default 0)")
-    project.add_argument("--nnz", type=_positive_int, metavar="N",
-                         help="nonzeros per input column (default 8; K/16 when K is a multiple of 16 below "
-                              "128; 16 when K is a multiple of 256 from 2048 on)")
-    project.add_argument("--batch-rows", type=_positive_int, metavar="R",
-                         help="rows per batch (default: about 64 MB of input)")
-    project.add_argument("--dtype", choices=spec.NUMPY_FLOAT_DTYPES,
-                         help="output dtype (default: the input's)")
-    project.add_argument("--overwrite", action="store_true",
-                         help="replace an existing OUTPUT written by sjlt (never any other file)")
-    project.add_argument("--quiet", "-q", action="store_true",
-                         help="no progress bar and no summary line")
-    project.add_argument("--allow-nonfinite", action="store_true",
-                         help="project rows holding NaN or inf instead of stopping")
-    project.add_argument("--scheduler", metavar="ADDRESS",
-                         help="spread the input files over the Dask cluster at ADDRESS "
-                              "(tcp://host:8786), one task per file")
+        "--seed, streaming in batches with bounded memory. OUTPUT appears complete or "
+        "not at all; its format follows its extension (.npy or .parquet).",
+    )
+    project.add_argument("input", metavar="INPUT", help=".npy or .parquet file, a directory of them, or a quoted glob")
+    project.add_argument(
+        "output", metavar="OUTPUT", help="output file (.npy/.parquet); a directory when INPUT names several files"
+    )
+    project.add_argument("--dim", "-k", type=_positive_int, required=True, metavar="K", help="output dimensions")
+    project.add_argument("--seed", type=_seed, default=0, help="the matrix's seed, an int in [0, 2**64) (default 0)")
+    project.add_argument(
+        "--nnz",
+        type=_positive_int,
+        metavar="N",
+        help="nonzeros per input column (default 8; K/16 when K is a multiple of 16 below "
+        "128; 16 when K is a multiple of 256 from 2048 on)",
+    )
+    project.add_argument(
+        "--batch-rows", type=_positive_int, metavar="R", help="rows per batch (default: about 64 MB of input)"
+    )
+    project.add_argument("--dtype", choices=spec.NUMPY_FLOAT_DTYPES, help="output dtype (default: the input's)")
+    project.add_argument(
+        "--overwrite", action="store_true", help="replace an existing OUTPUT written by sjlt (never any other file)"
+    )
+    project.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary line")
+    project.add_argument(
+        "--allow-nonfinite", action="store_true", help="project rows holding NaN or inf instead of stopping"
+    )
+    project.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="spread the input files over the Dask cluster at ADDRESS (tcp://host:8786), one task per file",
+    )
 
     evaluate = commands.add_parser(
-        "evaluate", parents=[common], help="measure distortion and kNN recall for several k",
+        "evaluate",
+        parents=[common],
+        help="measure distortion and kNN recall for several k",
         description="Project a random sample of INPUT's rows to each k and report how pairwise "
-                    "distances and nearest neighbours survive, next to the JL bound's eps.")
+        "distances and nearest neighbours survive, next to the JL bound's eps.",
+    )
     evaluate.add_argument("input", metavar="INPUT", help=".npy or .parquet file")
-    evaluate.add_argument("--dims", type=_dims, default=[32, 64, 128, 256], metavar="K,K,...",
-                          help="the k to try (default 32,64,128,256)")
-    evaluate.add_argument("--sample", type=_positive_int, default=2000, metavar="N",
-                          help="rows to sample (default 2000; time and memory grow as N²)")
-    evaluate.add_argument("--seed", type=_seed, default=0,
-                          help="seed of the matrix and of the row sample (default 0)")
-    evaluate.add_argument("--nnz", type=_positive_int, metavar="N",
-                          help="nonzeros per input column (default 8; k/16 when k is a multiple of 16 below "
-                               "128; 16 when k is a multiple of 256 from 2048 on)")
-    evaluate.add_argument("--neighbors", type=_positive_int, default=10, metavar="N",
-                          help="the n of recall@n (default 10)")
-    evaluate.add_argument("--plot", metavar="FILE.png",
-                          help="also draw the results (needs matplotlib)")
-    evaluate.add_argument("--plot-k", type=_positive_int, metavar="K",
-                          help="the k of the scatter panel (default: the middle of --dims)")
+    evaluate.add_argument(
+        "--dims", type=_dims, default=[32, 64, 128, 256], metavar="K,K,...", help="the k to try (default 32,64,128,256)"
+    )
+    evaluate.add_argument(
+        "--sample",
+        type=_positive_int,
+        default=2000,
+        metavar="N",
+        help="rows to sample (default 2000; time and memory grow as N²)",
+    )
+    evaluate.add_argument("--seed", type=_seed, default=0, help="seed of the matrix and of the row sample (default 0)")
+    evaluate.add_argument(
+        "--nnz",
+        type=_positive_int,
+        metavar="N",
+        help="nonzeros per input column (default 8; k/16 when k is a multiple of 16 below "
+        "128; 16 when k is a multiple of 256 from 2048 on)",
+    )
+    evaluate.add_argument(
+        "--neighbors", type=_positive_int, default=10, metavar="N", help="the n of recall@n (default 10)"
+    )
+    evaluate.add_argument("--plot", metavar="FILE.png", help="also draw the results (needs matplotlib)")
+    evaluate.add_argument(
+        "--plot-k", type=_positive_int, metavar="K", help="the k of the scatter panel (default: the middle of --dims)"
+    )
     evaluate.add_argument("--json", metavar="FILE.json", help="also save the table as JSON")
-    evaluate.add_argument("--overwrite", action="store_true",
-                          help="replace an existing --json/--plot file written by sjlt")
+    evaluate.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --json/--plot file written by sjlt"
+    )
     parser.command_parsers = {"project": project, "evaluate": evaluate}  # for their own usage lines
     return parser
 
@@ -135,14 +167,18 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
     parser = parser.command_parsers[args.command]
     smallest_k = args.dim if args.command == "project" else min(args.dims)
     if args.nnz is not None and args.nnz > smallest_k:
-        parser.error(f"--nnz {args.nnz} exceeds k = {smallest_k}; each input column has nnz "
-                     f"distinct nonzero rows, so use --nnz <= {smallest_k}")
+        parser.error(
+            f"--nnz {args.nnz} exceeds k = {smallest_k}; each input column has nnz "
+            f"distinct nonzero rows, so use --nnz <= {smallest_k}"
+        )
     if args.command == "evaluate" and args.plot_k is not None and args.plot_k not in args.dims:
         parser.error(f"--plot-k {args.plot_k} is not one of --dims {','.join(map(str, args.dims))}")
     if args.command == "evaluate" and args.sample <= args.neighbors:
-        parser.error(f"--sample {args.sample} is too small: recall@{args.neighbors} needs more "
-                     f"than --neighbors {args.neighbors} rows; use --sample {args.neighbors + 1} "
-                     f"or more (or a smaller --neighbors)")
+        parser.error(
+            f"--sample {args.sample} is too small: recall@{args.neighbors} needs more "
+            f"than --neighbors {args.neighbors} rows; use --sample {args.neighbors + 1} "
+            f"or more (or a smaller --neighbors)"
+        )
 
 
 def _commands():
@@ -174,8 +210,10 @@ def _run(argv) -> int:
     if extra:
         message = f"unrecognized arguments: {' '.join(extra)}"
         if args.command == "project" and any(os.path.exists(a) for a in extra):
-            message += ("; project takes one INPUT and one OUTPUT. If the shell expanded an "
-                        "unquoted glob into several files, quote it: sjlt project 'dir/*.parquet' OUT")
+            message += (
+                "; project takes one INPUT and one OUTPUT. If the shell expanded an "
+                "unquoted glob into several files, quote it: sjlt project 'dir/*.parquet' OUT"
+            )
         parser.command_parsers[args.command].error(message)
     _check_combinations(parser, args)
     try:
@@ -191,12 +229,17 @@ def _run(argv) -> int:
     except DeviceUnavailable as error:
         if args.debug:
             traceback.print_exc()
-        print(f"sjlt: error: --device {args.device} was given but {error.reason}; use --device cpu "
-              f"(or auto)", file=sys.stderr)
+        print(
+            f"sjlt: error: --device {args.device} was given but {error.reason}; use --device cpu (or auto)",
+            file=sys.stderr,
+        )
         return 1
     except Exception as error:
         if args.debug:
             raise
-        print(f"sjlt: error: unexpected {type(error).__name__}: {error} (run again with --debug "
-              f"for the traceback, and please report it)", file=sys.stderr)
+        print(
+            f"sjlt: error: unexpected {type(error).__name__}: {error} (run again with --debug "
+            f"for the traceback, and please report it)",
+            file=sys.stderr,
+        )
         return 1

@@ -1,5 +1,6 @@
 """The command line's own exception; problems found by the file layer below arrive as
 :class:`sjlt.io.FileProjectionError` and are shown the same way."""
+
 from __future__ import annotations
 
 

@@ -1,6 +1,7 @@
 """The figure of ``sjlt evaluate --plot``: distortion and recall against k, and a scatter of
 projected against original distances for one k. Drawn with matplotlib's Agg canvas directly,
 so no GUI backend is touched and pyplot's global state is left alone."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,12 +15,13 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise CLIError("--plot needs matplotlib, which is not installed; install it with "
-                       "pip install 'seeded-sjlt[plot]' (or pip install matplotlib), or drop --plot") from None
+        raise CLIError(
+            "--plot needs matplotlib, which is not installed; install it with "
+            "pip install 'seeded-sjlt[plot]' (or pip install matplotlib), or drop --plot"
+        ) from None
 
 
-def write_report(path: Path, reports, scatter, *, neighbors: int, n_samples: int,
-                 overwrite: bool) -> None:
+def write_report(path: Path, reports, scatter, *, neighbors: int, n_samples: int, overwrite: bool) -> None:
     """Draws the figure into ``path`` (.png, .svg or .pdf, checked by the caller beforehand),
     marked as sjlt's in its metadata so that a later --overwrite may replace it."""
     require_matplotlib()
@@ -36,16 +38,24 @@ def write_report(path: Path, reports, scatter, *, neighbors: int, n_samples: int
     bounded = [(r.k, r.jl_bound_eps) for r in reports if r.jl_bound_eps is not None]
     if bounded:
         distortion_axes.plot(*zip(*bounded), "k^--", label=f"JL bound eps (n={n_samples})")
-    distortion_axes.set(xscale="log", xlabel="k (output dimensions)",
-                        ylabel="|projected / original squared distance − 1|",
-                        title="Pairwise distance distortion")
+    distortion_axes.set(
+        xscale="log",
+        xlabel="k (output dimensions)",
+        ylabel="|projected / original squared distance − 1|",
+        title="Pairwise distance distortion",
+    )
     distortion_axes.set_xticks(dims, [str(k) for k in dims])
     distortion_axes.minorticks_off()
     distortion_axes.legend()
 
     recall_axes.plot(dims, [r.recall for r in reports], "o-")
-    recall_axes.set(xscale="log", ylim=(0, 1.02), xlabel="k (output dimensions)",
-                    ylabel=f"recall@{neighbors}", title=f"Exact {neighbors}-NN kept after projection")
+    recall_axes.set(
+        xscale="log",
+        ylim=(0, 1.02),
+        xlabel="k (output dimensions)",
+        ylabel=f"recall@{neighbors}",
+        title=f"Exact {neighbors}-NN kept after projection",
+    )
     recall_axes.set_xticks(dims, [str(k) for k in dims])
     recall_axes.minorticks_off()
 

@@ -1,4 +1,5 @@
 """The progress bar (on a terminal only) and the one-line summary of a run."""
+
 from __future__ import annotations
 
 import sys
@@ -11,8 +12,15 @@ from ..io.project import FileResult
 def progress_bar(total_rows: int, *, quiet: bool) -> tqdm:
     """Rows done, rows/s and ETA on stderr; silent under --quiet or when stderr is not a
     terminal (a log file would fill with carriage returns)."""
-    return tqdm(total=total_rows, unit="rows", unit_scale=True, file=sys.stderr,
-                disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True, smoothing=0.1)
+    return tqdm(
+        total=total_rows,
+        unit="rows",
+        unit_scale=True,
+        file=sys.stderr,
+        disable=quiet or not sys.stderr.isatty(),
+        dynamic_ncols=True,
+        smoothing=0.1,
+    )
 
 
 def summary_line(results: list[FileResult], seconds: float, destination: str) -> str:
@@ -23,5 +31,7 @@ def summary_line(results: list[FileResult], seconds: float, destination: str) ->
     files = f"{len(results)} files, " if len(results) != 1 else ""
     rate = rows / seconds if seconds > 0 else float("inf")
     megabytes = read / 1e6 / seconds if seconds > 0 else float("inf")
-    return (f"sjlt: projected {files}{rows:,} rows, {in_text} -> {results[0].out_features} dims, "
-            f"in {seconds:.2f} s: {rate:,.0f} rows/s, {megabytes:,.1f} MB/s read -> {destination}")
+    return (
+        f"sjlt: projected {files}{rows:,} rows, {in_text} -> {results[0].out_features} dims, "
+        f"in {seconds:.2f} s: {rate:,.0f} rows/s, {megabytes:,.1f} MB/s read -> {destination}"
+    )

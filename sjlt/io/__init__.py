@@ -16,6 +16,7 @@ cluster). Problems the caller can fix raise :class:`FileProjectionError`.
 
 Importing this package is cheap (no numpy, no torch): each public name is imported on first use.
 """
+
 from __future__ import annotations
 
 from .._lazy import lazy_names

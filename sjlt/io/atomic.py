@@ -19,6 +19,7 @@ The files of one output (a .npy and its JSON sidecar) are committed together whi
 exclusive ``flock`` on their directory, so two runs never interleave their renames: the result
 is one run's data with the same run's sidecar.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,8 @@ import ctypes
 import errno
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from .errors import FileProjectionError
 from .provenance import written_by_sjlt
@@ -45,8 +46,7 @@ _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 
 
-def check_replaceable(target: Path, role: str, *, overwrite: bool, foreign_hint: str = "",
-                      own_hint: str = "") -> None:
+def check_replaceable(target: Path, role: str, *, overwrite: bool, foreign_hint: str = "", own_hint: str = "") -> None:
     """Refuses to go on if writing ``target`` would replace a file it must not replace.
 
     The hints name a likely cause: ``foreign_hint`` for a file sjlt did not write, ``own_hint``
@@ -58,13 +58,16 @@ def check_replaceable(target: Path, role: str, *, overwrite: bool, foreign_hint:
     if not os.path.lexists(target):
         return
     if not written_by_sjlt(target):
-        raise FileProjectionError(f"{role} {str(target)!r} already exists and was not written by sjlt (it "
-                       f"carries no sjlt settings record), so sjlt will not replace it, with or "
-                       f"without --overwrite{foreign_hint}. Choose another path, or delete the file "
-                       f"yourself if you really mean to replace it")
+        raise FileProjectionError(
+            f"{role} {str(target)!r} already exists and was not written by sjlt (it "
+            f"carries no sjlt settings record), so sjlt will not replace it, with or "
+            f"without --overwrite{foreign_hint}. Choose another path, or delete the file "
+            f"yourself if you really mean to replace it"
+        )
     if not overwrite:
-        raise FileProjectionError(f"{role} {str(target)!r} already exists (an earlier sjlt output); pass "
-                       f"--overwrite to replace it{own_hint}")
+        raise FileProjectionError(
+            f"{role} {str(target)!r} already exists (an earlier sjlt output); pass --overwrite to replace it{own_hint}"
+        )
 
 
 def _create_temporary_beside(path: Path) -> Path:
@@ -144,9 +147,11 @@ def _create_exclusively(temporary: Path, target: Path) -> None:
     except OSError as error:
         if error.errno == errno.EEXIST:
             raise FileExistsError(errno.EEXIST, "File exists", str(target)) from None
-        raise FileProjectionError(f"the file system of {str(target)!r} supports neither hard links nor "
-                       f"rename-without-replace, so sjlt cannot create it safely; write to "
-                       f"another file system") from None
+        raise FileProjectionError(
+            f"the file system of {str(target)!r} supports neither hard links nor "
+            f"rename-without-replace, so sjlt cannot create it safely; write to "
+            f"another file system"
+        ) from None
 
 
 def _commit(temporaries: list[Path], targets: list[Path], role: str, overwrite: bool) -> None:
@@ -167,10 +172,12 @@ def _commit(temporaries: list[Path], targets: list[Path], role: str, overwrite: 
             except FileExistsError:
                 for path in created:
                     path.unlink(missing_ok=True)
-                raise FileProjectionError(f"{role} {str(target)!r} appeared while this "
-                               f"run was writing it (another run writing the same {role}?); it "
-                               f"was left as it is and this run's output was discarded: pass "
-                               f"--overwrite to replace it, or choose another path") from None
+                raise FileProjectionError(
+                    f"{role} {str(target)!r} appeared while this "
+                    f"run was writing it (another run writing the same {role}?); it "
+                    f"was left as it is and this run's output was discarded: pass "
+                    f"--overwrite to replace it, or choose another path"
+                ) from None
             for temporary in temporaries:
                 temporary.unlink(missing_ok=True)
         _fsync_directory(targets[0].parent)

@@ -4,6 +4,7 @@ Used by :mod:`sjlt.dask` and by the scikit-learn estimator's dask path. This mod
 neither dask (it only calls the array's own methods) nor torch (the tasks import it where they
 run), so building a graph on the client stays cheap.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,7 @@ def project_block(block, out_features: int, seed: int, nnz: int, device: str) ->
     from .._device import resolve_device
     from .rows import project_rows
 
-    return project_rows(np.asarray(block), out_features, seed=seed, nnz=nnz,
-                        device=resolve_device(device))
+    return project_rows(np.asarray(block), out_features, seed=seed, nnz=nnz, device=resolve_device(device))
 
 
 def map_row_blocks(data, out_features: int, *, seed: int, nnz: int, device: str):
@@ -24,6 +24,14 @@ def map_row_blocks(data, out_features: int, *, seed: int, nnz: int, device: str)
     if len(data.chunks[1]) > 1:
         # Each task needs whole rows: one chunk across the features, row chunks unchanged.
         data = data.rechunk({1: -1})
-    return data.map_blocks(project_block, out_features, seed, nnz, device, dtype=data.dtype,
-                           chunks=(data.chunks[0], (out_features,)),
-                           meta=np.empty((0, 0), data.dtype), token="sjlt-project")
+    return data.map_blocks(
+        project_block,
+        out_features,
+        seed,
+        nnz,
+        device,
+        dtype=data.dtype,
+        chunks=(data.chunks[0], (out_features,)),
+        meta=np.empty((0, 0), data.dtype),
+        token="sjlt-project",
+    )

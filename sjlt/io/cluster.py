@@ -4,10 +4,11 @@ Each worker runs :func:`~sjlt.io.project.project_file` on its file, regenerating
 matrix from the seed (nothing is broadcast) and writing its output crash-safely. The paths must
 mean the same on the client and on every worker (a shared file system).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .errors import FileProjectionError, Interrupted
 from .project import FileResult, Settings, project_file
@@ -19,17 +20,21 @@ def _connect(address: str):
     try:
         from distributed import Client
     except ImportError:
-        raise FileProjectionError("--scheduler needs dask.distributed; install it with "
-                       "pip install 'seeded-sjlt[dask]'") from None
+        raise FileProjectionError(
+            "--scheduler needs dask.distributed; install it with pip install 'seeded-sjlt[dask]'"
+        ) from None
     try:
         return Client(address, timeout=_CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as error:
-        raise FileProjectionError(f"cannot reach the Dask scheduler at {address!r} ({error}); start one with "
-                       f"`dask scheduler` and pass the address it prints (tcp://HOST:8786)") from None
+        raise FileProjectionError(
+            f"cannot reach the Dask scheduler at {address!r} ({error}); start one with "
+            f"`dask scheduler` and pass the address it prints (tcp://HOST:8786)"
+        ) from None
 
 
-def project_on_cluster(pairs: list[tuple[Path, Path]], settings: Settings, address: str, *,
-                       on_file: Callable[[], object] | None = None) -> list[FileResult]:
+def project_on_cluster(
+    pairs: list[tuple[Path, Path]], settings: Settings, address: str, *, on_file: Callable[[], object] | None = None
+) -> list[FileResult]:
     """Projects every (input, output) pair on the cluster at ``address``, calling ``on_file``
     as each file finishes; raises one FileProjectionError naming every file that failed (the
     others are complete). Ctrl-C (:class:`~.errors.Interrupted`) cancels the files not yet
@@ -59,8 +64,10 @@ def project_on_cluster(pairs: list[tuple[Path, Path]], settings: Settings, addre
             client.cancel(futures)
             raise
         if failures:
-            raise FileProjectionError(f"{len(failures)} of {len(pairs)} files failed (the other outputs are "
-                           f"complete):\n  " + "\n  ".join(failures))
+            raise FileProjectionError(
+                f"{len(failures)} of {len(pairs)} files failed (the other outputs are "
+                f"complete):\n  " + "\n  ".join(failures)
+            )
         return results
     finally:
         client.close()

@@ -1,5 +1,6 @@
 """Exceptions of the file-projection layer (no torch, no numpy: the command line imports this
 module before parsing its arguments)."""
+
 from __future__ import annotations
 
 

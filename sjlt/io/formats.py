@@ -4,6 +4,7 @@ A *source* (``NpySource``, ``ParquetSource``) yields :class:`~.pipeline.Batch` e
 *sink* (``NpySink``, ``ParquetSink``) writes projected batches. The format follows the extension.
 The parquet module is imported only for a parquet path: pyarrow is an optional dependency.
 """
+
 from __future__ import annotations
 
 import glob
@@ -19,13 +20,14 @@ _FORMATS = {".npy": "npy", ".parquet": "parquet", ".pq": "parquet"}
 _GLOB_CHARACTERS = set("*?[")
 
 
-
 def format_of(path: Path, role: str) -> str:
     """'npy' or 'parquet' from the extension; ``role`` ('INPUT'/'OUTPUT') for the message."""
     fmt = _FORMATS.get(Path(path).suffix.lower())
     if fmt is None:
-        raise FileProjectionError(f"cannot tell the format of {role} {str(path)!r} from its extension "
-                       f"{Path(path).suffix or '(none)'!r}; use a .npy or .parquet file")
+        raise FileProjectionError(
+            f"cannot tell the format of {role} {str(path)!r} from its extension "
+            f"{Path(path).suffix or '(none)'!r}; use a .npy or .parquet file"
+        )
     return fmt
 
 
@@ -33,8 +35,9 @@ def open_source(path: Path, column: str | None):
     fmt = format_of(path, "INPUT")
     if fmt == "npy":
         if column is not None:
-            raise FileProjectionError(f"--column picks a column of a parquet file, but INPUT {str(path)!r} "
-                           f"is .npy; drop --column")
+            raise FileProjectionError(
+                f"--column picks a column of a parquet file, but INPUT {str(path)!r} is .npy; drop --column"
+            )
         return NpySource(path)
     from .parquet import ParquetSource
 
@@ -49,8 +52,16 @@ def companion_paths(output: Path) -> tuple[Path, ...]:
     return ()
 
 
-def open_sink(output: Path, temporaries: tuple[Path, ...], source, *, out_features: int,
-              dtype: np.dtype, column: str | None, metadata: dict):
+def open_sink(
+    output: Path,
+    temporaries: tuple[Path, ...],
+    source,
+    *,
+    out_features: int,
+    dtype: np.dtype,
+    column: str | None,
+    metadata: dict,
+):
     """The writer for ``output``, writing into its temporary files (see :mod:`.atomic`)."""
     if format_of(output, "OUTPUT") == "npy":
         data_path, sidecar_path = temporaries
@@ -59,8 +70,7 @@ def open_sink(output: Path, temporaries: tuple[Path, ...], source, *, out_featur
     from .parquet import ParquetSink
 
     (data_path,) = temporaries
-    return ParquetSink(data_path, source, out_features=out_features, dtype=dtype,
-                       column=column, metadata=metadata)
+    return ParquetSink(data_path, source, out_features=out_features, dtype=dtype, column=column, metadata=metadata)
 
 
 def expand_inputs(spec: str) -> tuple[list[Path], bool]:
@@ -79,7 +89,8 @@ def expand_inputs(spec: str) -> tuple[list[Path], bool]:
     if _GLOB_CHARACTERS & set(spec):
         files = sorted(Path(p) for p in glob.glob(spec) if os.path.isfile(p))
         if not files:
-            raise FileProjectionError(f"no files match INPUT pattern {spec!r}; check the pattern (quote it "
-                           f"so the shell does not expand it)")
+            raise FileProjectionError(
+                f"no files match INPUT pattern {spec!r}; check the pattern (quote it so the shell does not expand it)"
+            )
         return files, True
     raise FileProjectionError(f"INPUT {spec!r} does not exist; check the path")

@@ -5,15 +5,16 @@ memory and address space until the kernel evicts them, so a 150 GB input could s
 resident. It reads each batch with ``readinto`` into a reusable buffer of a pool instead:
 one copy, as the mapping would make, with memory fixed by the batch size.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import numpy.lib.format as npy_format
@@ -28,7 +29,7 @@ _MAX_HEADER_BYTES = 1 << 20
 @dataclass(frozen=True)
 class NpyHeader:
     shape: tuple[int, ...]
-    dtype: np.dtype        # as stored, possibly non-native byte order
+    dtype: np.dtype  # as stored, possibly non-native byte order
     fortran_order: bool
     data_offset: int
 
@@ -46,14 +47,17 @@ def read_npy_header(path: Path) -> NpyHeader:
                 else:
                     raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
             except (ValueError, SyntaxError, EOFError) as error:
-                raise FileProjectionError(f"INPUT {str(path)!r} is not a readable .npy file ({error}); "
-                               f"write it with numpy.save") from None
+                raise FileProjectionError(
+                    f"INPUT {str(path)!r} is not a readable .npy file ({error}); write it with numpy.save"
+                ) from None
             offset = f.tell()
     except OSError as error:
         raise FileProjectionError(f"cannot read INPUT {str(path)!r}: {error.strerror or error}") from None
     if any(int(size) < 0 for size in shape):
-        raise FileProjectionError(f"INPUT {str(path)!r} has a damaged .npy header: its shape {tuple(shape)} "
-                       f"has a negative dimension; write the file again with numpy.save")
+        raise FileProjectionError(
+            f"INPUT {str(path)!r} has a damaged .npy header: its shape {tuple(shape)} "
+            f"has a negative dimension; write the file again with numpy.save"
+        )
     return NpyHeader(tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran), offset)
 
 
@@ -61,28 +65,38 @@ def check_embedding_array(path: Path, header: NpyHeader) -> None:
     shape, dtype = header.shape, header.dtype
     name = repr(str(path))
     if dtype.name not in spec.NUMPY_FLOAT_DTYPES:
-        raise FileProjectionError(f"INPUT {name} holds {dtype} values; sjlt projects floating-point "
-                       f"embeddings: save them as float16, float32 or float64, "
-                       f"e.g. numpy.save(path, a.astype(numpy.float32))")
+        raise FileProjectionError(
+            f"INPUT {name} holds {dtype} values; sjlt projects floating-point "
+            f"embeddings: save them as float16, float32 or float64, "
+            f"e.g. numpy.save(path, a.astype(numpy.float32))"
+        )
     if len(shape) < 2:
-        raise FileProjectionError(f"INPUT {name} is a {len(shape)}-D array of shape {shape}; sjlt projects "
-                       f"the rows of a 2-D (rows, features) array: save one vector as "
-                       f"a.reshape(1, -1)")
+        raise FileProjectionError(
+            f"INPUT {name} is a {len(shape)}-D array of shape {shape}; sjlt projects "
+            f"the rows of a 2-D (rows, features) array: save one vector as "
+            f"a.reshape(1, -1)"
+        )
     if shape[-1] == 0:
         raise FileProjectionError(f"INPUT {name} has shape {shape}: 0 features per row, nothing to project")
     if header.fortran_order and len(shape) > 2:
-        raise FileProjectionError(f"INPUT {name} is a {len(shape)}-D array in Fortran order; save it in C "
-                       f"order: numpy.save(path, numpy.ascontiguousarray(a))")
+        raise FileProjectionError(
+            f"INPUT {name} is a {len(shape)}-D array in Fortran order; save it in C "
+            f"order: numpy.save(path, numpy.ascontiguousarray(a))"
+        )
     needed = header.data_offset + math.prod(shape) * dtype.itemsize
     actual = os.path.getsize(path)
     if actual < needed:
-        raise FileProjectionError(f"INPUT {name} is truncated: its header promises {needed:,} bytes but the "
-                       f"file has {actual:,}; write it again")
+        raise FileProjectionError(
+            f"INPUT {name} is truncated: its header promises {needed:,} bytes but the "
+            f"file has {actual:,}; write it again"
+        )
     if actual > needed:  # numpy.save writes exactly header + data: the shape is wrong
-        raise FileProjectionError(f"INPUT {name} does not match its header: the shape {shape} accounts for "
-                       f"{needed:,} bytes but the file has {actual:,} ({actual - needed:,} more), "
-                       f"so the header is damaged or was edited; write the file again with "
-                       f"numpy.save")
+        raise FileProjectionError(
+            f"INPUT {name} does not match its header: the shape {shape} accounts for "
+            f"{needed:,} bytes but the file has {actual:,} ({actual - needed:,} more), "
+            f"so the header is damaged or was edited; write the file again with "
+            f"numpy.save"
+        )
 
 
 def _read_exactly(f, view: memoryview, offset: int) -> None:
@@ -138,8 +152,11 @@ class NpySource:
                         # Column j of the batch is one contiguous run of the file.
                         columns = raw.view(header.dtype).reshape(dim, rows)
                         for j in range(dim):
-                            _read_exactly(f, memoryview(columns[j]).cast("B"),
-                                          header.data_offset + (j * self.n_rows + start) * itemsize)
+                            _read_exactly(
+                                f,
+                                memoryview(columns[j]).cast("B"),
+                                header.data_offset + (j * self.n_rows + start) * itemsize,
+                            )
                         values = columns.T
                     else:
                         _read_exactly(f, memoryview(raw), header.data_offset + start * dim * itemsize)
@@ -155,16 +172,14 @@ class NpySource:
 class NpySink:
     """Writes a .npy of a known shape batch by batch, then its JSON sidecar of settings."""
 
-    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, *,
-                 sidecar_path: Path, metadata: dict):
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, *, sidecar_path: Path, metadata: dict):
         self._dtype = np.dtype(dtype)
         self._expected = math.prod(shape) * self._dtype.itemsize
         self._written = 0
         self._sidecar_path = sidecar_path
         self._metadata = metadata
         self._file = open(path, "wb")
-        header = {"descr": npy_format.dtype_to_descr(self._dtype), "fortran_order": False,
-                  "shape": tuple(shape)}
+        header = {"descr": npy_format.dtype_to_descr(self._dtype), "fortran_order": False, "shape": tuple(shape)}
         # Format 1.0 stores the header length in 16 bits; only enormous shapes overflow it.
         if len(repr(header)) > 65000:
             npy_format.write_array_header_2_0(self._file, header)
@@ -178,8 +193,10 @@ class NpySink:
 
     def close(self) -> None:
         if self._written != self._expected:
-            raise RuntimeError(f"wrote {self._written} bytes of projections where the header "
-                               f"promises {self._expected}; this is a bug in sjlt")
+            raise RuntimeError(
+                f"wrote {self._written} bytes of projections where the header "
+                f"promises {self._expected}; this is a bug in sjlt"
+            )
         self._file.close()
         with open(self._sidecar_path, "w", encoding="utf-8") as f:
             json.dump(self._metadata, f, indent=2)

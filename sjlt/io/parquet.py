@@ -4,12 +4,13 @@ The embedding column (a list or fixed-size list of floats) is projected; every o
 carried through unchanged. Batches are decoded incrementally with ``iter_batches`` and written
 one row group per batch, so memory follows the batch size, not the file size.
 """
+
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -29,8 +30,7 @@ def _choose_column(path: Path, schema: pa.Schema, column: str | None) -> str:
     described = ", ".join(f"{f.name} ({f.type})" for f in schema)
     if column is not None:
         if column not in schema.names:
-            raise FileProjectionError(f"INPUT {str(path)!r} has no column {column!r}; its columns are: "
-                           f"{described}")
+            raise FileProjectionError(f"INPUT {str(path)!r} has no column {column!r}; its columns are: {described}")
         try:
             check_float_list_type(schema.field(column).type, column)
         except ColumnError as error:
@@ -40,10 +40,13 @@ def _choose_column(path: Path, schema: pa.Schema, column: str | None) -> str:
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        raise FileProjectionError(f"INPUT {str(path)!r} has no list-of-floats column to project; its columns "
-                       f"are: {described}. Store each embedding as a list of floats")
-    raise FileProjectionError(f"INPUT {str(path)!r} has several embedding columns ({', '.join(candidates)}); "
-                   f"choose one with --column")
+        raise FileProjectionError(
+            f"INPUT {str(path)!r} has no list-of-floats column to project; its columns "
+            f"are: {described}. Store each embedding as a list of floats"
+        )
+    raise FileProjectionError(
+        f"INPUT {str(path)!r} has several embedding columns ({', '.join(candidates)}); choose one with --column"
+    )
 
 
 class ParquetSource:
@@ -56,11 +59,15 @@ class ParquetSource:
         except OSError as error:
             if isinstance(error, (FileNotFoundError, PermissionError)):
                 raise FileProjectionError(f"cannot read INPUT {str(path)!r}: {error.strerror}") from None
-            raise FileProjectionError(f"INPUT {str(path)!r} is not a readable parquet file ({error}); "
-                           f"check that it is a complete parquet file") from None
+            raise FileProjectionError(
+                f"INPUT {str(path)!r} is not a readable parquet file ({error}); "
+                f"check that it is a complete parquet file"
+            ) from None
         except pa.ArrowException as error:
-            raise FileProjectionError(f"INPUT {str(path)!r} is not a readable parquet file ({error}); "
-                           f"check that it is a complete parquet file") from None
+            raise FileProjectionError(
+                f"INPUT {str(path)!r} is not a readable parquet file ({error}); "
+                f"check that it is a complete parquet file"
+            ) from None
         self.schema = self._file.schema_arrow
         self.column = _choose_column(self.path, self.schema, column)
         self.column_index = self.schema.get_field_index(self.column)
@@ -96,8 +103,7 @@ class ParquetSource:
             lo, hi = np.searchsorted(rows, [start, stop])
             if hi > lo:
                 try:
-                    values = list_column_to_matrix(table.column(0), self.column,
-                                                   expected_dim=self.dim, first_row=start)
+                    values = list_column_to_matrix(table.column(0), self.column, expected_dim=self.dim, first_row=start)
                 except ColumnError as error:
                     raise FileProjectionError(f"INPUT {str(self.path)!r}: {error}") from None
                 picked.append(values[rows[lo:hi] - start])
@@ -116,31 +122,33 @@ class ParquetSource:
                 if table.num_rows == 0:
                     continue
                 try:
-                    values = list_column_to_matrix(table.column(self.column_index), self.column,
-                                                   expected_dim=self.dim, first_row=start)
+                    values = list_column_to_matrix(
+                        table.column(self.column_index), self.column, expected_dim=self.dim, first_row=start
+                    )
                 except ColumnError as error:
                     raise FileProjectionError(f"INPUT {str(self.path)!r}: {error}") from None
                 yield Batch(index, start, values, table=table)
                 start += table.num_rows
                 index += 1
         except pa.ArrowException as error:
-            raise FileProjectionError(f"INPUT {str(self.path)!r} could not be decoded at row {start} "
-                           f"({error}); the file may be corrupt") from None
+            raise FileProjectionError(
+                f"INPUT {str(self.path)!r} could not be decoded at row {start} ({error}); the file may be corrupt"
+            ) from None
 
 
 class ParquetSink:
     """Writes the projected column in place of the embedding column, other columns unchanged,
     with the projection settings in the schema metadata under ``b"sjlt"``."""
 
-    def __init__(self, path: Path, source, *, out_features: int, dtype: np.dtype,
-                 column: str | None, metadata: dict):
+    def __init__(self, path: Path, source, *, out_features: int, dtype: np.dtype, column: str | None, metadata: dict):
         value_type = pa.from_numpy_dtype(np.dtype(dtype))
         projected_type = pa.list_(value_type, out_features)
         if isinstance(source, ParquetSource):
             self._column_index = source.column_index
             old = source.schema.field(source.column_index)
-            schema = source.schema.set(self._column_index,
-                                       pa.field(old.name, projected_type, old.nullable, old.metadata))
+            schema = source.schema.set(
+                self._column_index, pa.field(old.name, projected_type, old.nullable, old.metadata)
+            )
         else:
             self._column_index = None
             schema = pa.schema([pa.field(column or DEFAULT_COLUMN, projected_type, nullable=False)])
@@ -166,4 +174,3 @@ class ParquetSink:
             self._writer.close()
         except (OSError, pa.ArrowException):
             pass
-

@@ -6,12 +6,13 @@ queues are short and input batches live in a fixed pool of reusable buffers (the
 is staged by :class:`~sjlt.io.rows.DeviceStream`). File I/O, Arrow decoding and torch kernels
 release the GIL, so the threads do run in parallel.
 """
+
 from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class Batch:
 
     index: int
     start: int
-    values: np.ndarray           # (rows, features); may be strided or read-only
+    values: np.ndarray  # (rows, features); may be strided or read-only
     table: object | None = None  # the pyarrow.RecordBatch the rows came from (parquet), to carry
     buffer: np.ndarray | None = None  # the pool buffer ``values`` lives in, to give back
 
@@ -84,8 +85,7 @@ class Prefetcher:
         self._stop = threading.Event()
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         self._discard = discard
-        self._thread = threading.Thread(target=self._run, args=(produce,), name="sjlt-reader",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(produce,), name="sjlt-reader", daemon=True)
         self._thread.start()
 
     def _run(self, produce) -> None:
@@ -133,8 +133,7 @@ class WriteBehind:
         self._stop = threading.Event()
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(write,), name="sjlt-writer",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(write,), name="sjlt-writer", daemon=True)
         self._thread.start()
 
     def _run(self, write) -> None:

@@ -6,6 +6,7 @@ into a directory of outputs with the same file names, each output complete or ab
 :mod:`.cluster` spreads those files over a Dask cluster. Every size is checked before anything
 is allocated or written (:func:`check_memory`, :func:`check_disk_space`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -13,9 +14,9 @@ import errno
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -81,33 +82,45 @@ def plan_outputs(input_spec: str, output_spec: str, *, overwrite: bool) -> tuple
     output = Path(output_spec)
     if collection:
         if output.exists() and not output.is_dir():
-            raise FileProjectionError(f"INPUT {input_spec!r} names several files, so OUTPUT must be a "
-                           f"directory (one output per input), but {output_spec!r} is a file")
+            raise FileProjectionError(
+                f"INPUT {input_spec!r} names several files, so OUTPUT must be a "
+                f"directory (one output per input), but {output_spec!r} is a file"
+            )
         names = [p.name for p in inputs]
         duplicate = next((n for n in names if names.count(n) > 1), None)
         if duplicate is not None:
-            raise FileProjectionError(f"INPUT {input_spec!r} matches several files named {duplicate!r}; "
-                           f"their outputs would collide in OUTPUT: narrow the pattern")
+            raise FileProjectionError(
+                f"INPUT {input_spec!r} matches several files named {duplicate!r}; "
+                f"their outputs would collide in OUTPUT: narrow the pattern"
+            )
         pairs = [(p, output / p.name) for p in inputs]
     else:
         if output.is_dir():
             output = output / inputs[0].name
         if not output.parent.is_dir():
-            raise FileProjectionError(f"the directory of OUTPUT, {str(output.parent)!r}, does not exist; "
-                           f"create it first")
+            raise FileProjectionError(
+                f"the directory of OUTPUT, {str(output.parent)!r}, does not exist; create it first"
+            )
         pairs = [(inputs[0], output)]
     for source, target in pairs:
         format_of(source, "INPUT")
         format_of(target, "OUTPUT")
         if target.exists() and os.path.samefile(source, target):
-            raise FileProjectionError(f"OUTPUT {str(target)!r} is the INPUT file; sjlt never writes over its "
-                           f"input: choose another output path")
+            raise FileProjectionError(
+                f"OUTPUT {str(target)!r} is the INPUT file; sjlt never writes over its "
+                f"input: choose another output path"
+            )
         hint = _glob_hint(source)
         # A sibling of INPUT with its suffix is what a glob expansion looks like.
         sibling = source.parent == target.parent and source.suffix.lower() == target.suffix.lower()
         for path in (target, *companion_paths(target)):
-            check_replaceable(path, "OUTPUT", overwrite=overwrite, foreign_hint=hint,
-                              own_hint=hint if sibling and not collection else "")
+            check_replaceable(
+                path,
+                "OUTPUT",
+                overwrite=overwrite,
+                foreign_hint=hint,
+                own_hint=hint if sibling and not collection else "",
+            )
     return pairs, collection
 
 
@@ -115,8 +128,10 @@ def _glob_hint(source: Path) -> str:
     """The likely cause when OUTPUT is an existing file: a shell that expanded an unquoted glob,
     so that INPUT and OUTPUT are two of the matched files."""
     pattern = str(source.parent / f"*{source.suffix}")
-    return (f". If you typed an unquoted glob like {pattern}, the shell expanded it and OUTPUT "
-            f"is one of the matched files: quote the pattern, '{pattern}'")
+    return (
+        f". If you typed an unquoted glob like {pattern}, the shell expanded it and OUTPUT "
+        f"is one of the matched files: quote the pattern, '{pattern}'"
+    )
 
 
 def open_input(input_path: Path, output_path: Path, settings: Settings):
@@ -125,28 +140,43 @@ def open_input(input_path: Path, output_path: Path, settings: Settings):
     if format_of(input_path, "INPUT") == "parquet":
         return open_source(input_path, settings.column)
     if settings.column is not None and format_of(output_path, "OUTPUT") == "npy":
-        raise FileProjectionError(f"--column names a parquet column, but INPUT {str(input_path)!r} and "
-                       f"OUTPUT {str(output_path)!r} are both .npy; drop --column")
+        raise FileProjectionError(
+            f"--column names a parquet column, but INPUT {str(input_path)!r} and "
+            f"OUTPUT {str(output_path)!r} are both .npy; drop --column"
+        )
     return open_source(input_path, None)
 
 
 def _write_failure(error: OSError, output: Path) -> FileProjectionError:
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return FileProjectionError(f"no space left on the device while writing OUTPUT {str(output)!r} "
-                        f"({error.strerror}); free some space or write to another disk. "
-                        f"Nothing was written")
+        return FileProjectionError(
+            f"no space left on the device while writing OUTPUT {str(output)!r} "
+            f"({error.strerror}); free some space or write to another disk. "
+            f"Nothing was written"
+        )
     return FileProjectionError(f"cannot write OUTPUT {str(output)!r}: {error.strerror or error}")
 
 
-def _stream(source, sink, settings: Settings, nnz: int, device, output_dtype: np.dtype,
-            pool: BufferPool, batch_rows: int, on_rows: Callable[[int], object] | None) -> None:
+def _stream(
+    source,
+    sink,
+    settings: Settings,
+    nnz: int,
+    device,
+    output_dtype: np.dtype,
+    pool: BufferPool,
+    batch_rows: int,
+    on_rows: Callable[[int], object] | None,
+) -> None:
     """Reads, projects (:class:`~.rows.DeviceStream`) and writes every batch, the three
     overlapping; a batch's pool buffer is given back once its projection is checked."""
     compute, output = torch_dtype(compute_dtype(source.dtype, output_dtype)), torch_dtype(output_dtype)
-    projector = DeviceStream(lambda x: sparse_jl(x.to(compute), settings.out_features,
-                                                 seed=settings.seed, nnz=nnz).to(output), device)
-    reader = Prefetcher(lambda stop: source.batches(batch_rows, pool, stop),
-                        discard=lambda batch: pool.release(batch.buffer))
+    projector = DeviceStream(
+        lambda x: sparse_jl(x.to(compute), settings.out_features, seed=settings.seed, nnz=nnz).to(output), device
+    )
+    reader = Prefetcher(
+        lambda stop: source.batches(batch_rows, pool, stop), discard=lambda batch: pool.release(batch.buffer)
+    )
     writer = WriteBehind(sink.write)
 
     def write(finished) -> None:
@@ -188,14 +218,18 @@ def check_finite(batch: Batch, projected: np.ndarray, source_name: str) -> None:
         raise FileProjectionError(
             f"row {row} of INPUT {source_name!r} holds NaN or inf (found in batch "
             f"{batch.index + 1}, rows {batch.start}-{batch.start + len(batch.values) - 1}); "
-            f"clean the input, or pass --allow-nonfinite to write non-finite projections")
+            f"clean the input, or pass --allow-nonfinite to write non-finite projections"
+        )
     row = batch.start + int(np.flatnonzero(bad_outputs)[0])
-    raise FileProjectionError(f"the projection of row {row} of INPUT {source_name!r} overflows "
-                              f"{projected.dtype}; pass --dtype float32 for a wider output")
+    raise FileProjectionError(
+        f"the projection of row {row} of INPUT {source_name!r} overflows "
+        f"{projected.dtype}; pass --dtype float32 for a wider output"
+    )
 
 
-def project_file(input_path: Path, output_path: Path, settings: Settings,
-                 on_rows: Callable[[int], object] | None = None) -> FileResult:
+def project_file(
+    input_path: Path, output_path: Path, settings: Settings, on_rows: Callable[[int], object] | None = None
+) -> FileResult:
     """Projects one file into ``output_path``, which appears complete or not at all."""
     started = time.perf_counter()
     input_path, output_path = Path(input_path), Path(output_path)
@@ -204,18 +238,37 @@ def project_file(input_path: Path, output_path: Path, settings: Settings,
     nnz = spec.resolve_nnz(settings.nnz, settings.out_features)
     device = resolve_device(settings.device)
     batch_rows = batch_rows_for(settings, source)
-    check_memory(source, settings.out_features, batch_rows, output_dtype, device,
-                 batch_rows_given=settings.batch_rows is not None)
+    check_memory(
+        source,
+        settings.out_features,
+        batch_rows,
+        output_dtype,
+        device,
+        batch_rows_given=settings.batch_rows is not None,
+    )
     column = source.column if source.column is not None else settings.column
     metadata = projection_metadata(
-        seed=settings.seed, out_features=settings.out_features, nnz=nnz, input_path=input_path,
-        input_shape=source.shape, input_dtype=source.dtype, output_dtype=output_dtype, column=column)
+        seed=settings.seed,
+        out_features=settings.out_features,
+        nnz=nnz,
+        input_path=input_path,
+        input_shape=source.shape,
+        input_dtype=source.dtype,
+        output_dtype=output_dtype,
+        column=column,
+    )
     pool = BufferPool(QUEUE_DEPTH + 2, source.batch_buffer_bytes(batch_rows))
     try:
-        with atomic_outputs(output_path, *companion_paths(output_path),
-                            overwrite=settings.overwrite) as temporaries:
-            sink = open_sink(output_path, temporaries, source, out_features=settings.out_features,
-                             dtype=output_dtype, column=column, metadata=metadata)
+        with atomic_outputs(output_path, *companion_paths(output_path), overwrite=settings.overwrite) as temporaries:
+            sink = open_sink(
+                output_path,
+                temporaries,
+                source,
+                out_features=settings.out_features,
+                dtype=output_dtype,
+                column=column,
+                metadata=metadata,
+            )
             try:
                 _stream(source, sink, settings, nnz, device, output_dtype, pool, batch_rows, on_rows)
                 sink.close()
@@ -224,15 +277,17 @@ def project_file(input_path: Path, output_path: Path, settings: Settings,
                 raise
     except OSError as error:
         raise _write_failure(error, output_path) from None
-    return FileResult(rows=source.n_rows, in_features=source.dim,
-                      out_features=settings.out_features, bytes_read=source.nbytes,
-                      seconds=time.perf_counter() - started,
-                      dropped_columns=tuple(source.carried_columns)
-                      if format_of(output_path, "OUTPUT") == "npy" else ())
+    return FileResult(
+        rows=source.n_rows,
+        in_features=source.dim,
+        out_features=settings.out_features,
+        bytes_read=source.nbytes,
+        seconds=time.perf_counter() - started,
+        dropped_columns=tuple(source.carried_columns) if format_of(output_path, "OUTPUT") == "npy" else (),
+    )
 
 
-def check_memory(source, out_features: int, batch_rows: int, output_dtype, device, *,
-                 batch_rows_given: bool) -> None:
+def check_memory(source, out_features: int, batch_rows: int, output_dtype, device, *, batch_rows_given: bool) -> None:
     """Refuses a batch plan that cannot fit in memory, before anything is allocated.
 
     Host memory holds the buffer pool (QUEUE_DEPTH + 2 input batches), a compute-dtype copy of
@@ -249,8 +304,10 @@ def check_memory(source, out_features: int, batch_rows: int, output_dtype, devic
     if device.type != "cuda":
         plans = [(host_memory(), host)]
     else:
-        plans = [(host_memory(), host + STREAM_DEPTH * (in_row + out_row)),
-                 (device_memory(device), STREAM_DEPTH * (dim * compute + 2 * out_row))]
+        plans = [
+            (host_memory(), host + STREAM_DEPTH * (in_row + out_row)),
+            (device_memory(device), STREAM_DEPTH * (dim * compute + 2 * out_row)),
+        ]
     for memory, per_row in plans:
         if memory.available is None or rows * per_row <= memory.available:
             continue
@@ -258,13 +315,17 @@ def check_memory(source, out_features: int, batch_rows: int, output_dtype, devic
         available = f"{memory.where} has {format_bytes(memory.available)} available"
         fitting = int(memory.available * 0.8) // per_row
         if fitting < 1:
-            raise FileProjectionError(f"--dim {out_features:,} needs {format_bytes(per_row)} per row of "
-                           f"{source.path.name!r} ({needed} for batches of {rows:,} rows), but "
-                           f"{available}; use a smaller --dim")
+            raise FileProjectionError(
+                f"--dim {out_features:,} needs {format_bytes(per_row)} per row of "
+                f"{source.path.name!r} ({needed} for batches of {rows:,} rows), but "
+                f"{available}; use a smaller --dim"
+            )
         batch = "--batch-rows" if batch_rows_given else "batches (default about 64 MB of input)"
-        raise FileProjectionError(f"projecting {source.path.name!r} to --dim {out_features:,} in {batch} of "
-                       f"{rows:,} rows needs about {needed} of memory, but {available}; use "
-                       f"--batch-rows {fitting:,} or fewer (or a smaller --dim)")
+        raise FileProjectionError(
+            f"projecting {source.path.name!r} to --dim {out_features:,} in {batch} of "
+            f"{rows:,} rows needs about {needed} of memory, but {available}; use "
+            f"--batch-rows {fitting:,} or fewer (or a smaller --dim)"
+        )
 
 
 def check_disk_space(npy_outputs: list[tuple[Path, int]]) -> None:
@@ -279,9 +340,11 @@ def check_disk_space(npy_outputs: list[tuple[Path, int]]) -> None:
             probe = probe.parent
         free = shutil.disk_usage(probe).free
         if size > free:
-            raise FileProjectionError(f"the output needs {format_bytes(size)} in {str(directory)!r} but its "
-                           f"file system has {format_bytes(free)} free; free some space, write "
-                           f"elsewhere, or use a smaller --dim (or --dtype float16)")
+            raise FileProjectionError(
+                f"the output needs {format_bytes(size)} in {str(directory)!r} but its "
+                f"file system has {format_bytes(free)} free; free some space, write "
+                f"elsewhere, or use a smaller --dim (or --dtype float16)"
+            )
 
 
 @contextlib.contextmanager

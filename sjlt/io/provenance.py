@@ -9,6 +9,7 @@ Every file sjlt writes carries a record:
 * the ``sjlt evaluate --json`` table: ``"written_by": "sjlt evaluate"`` in the JSON;
 * the ``sjlt evaluate --plot`` figure: :data:`PLOT_MARK` in the image's metadata.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,14 +25,22 @@ PLOT_FORMATS = ("png", "svg", "pdf")
 EVALUATE_WRITER = "sjlt evaluate"
 #: Schema metadata key under which a parquet projection records its settings.
 PARQUET_METADATA_KEY = b"sjlt"
-_PROJECTION_KEYS = {"sjlt_version", "spec_version", "seed", "out_features", "nnz", "input_shape",
-                    "output_dtype"}
+_PROJECTION_KEYS = {"sjlt_version", "spec_version", "seed", "out_features", "nnz", "input_shape", "output_dtype"}
 _MARK_WINDOW = 1 << 16  # the metadata of our figures lies in the first or last 64 KiB
 _MAX_RECORD_BYTES = 1 << 20
 
 
-def projection_metadata(*, seed: int, out_features: int, nnz: int, input_path: Path,
-                        input_shape: tuple, input_dtype, output_dtype, column: str | None) -> dict:
+def projection_metadata(
+    *,
+    seed: int,
+    out_features: int,
+    nnz: int,
+    input_path: Path,
+    input_shape: tuple,
+    input_dtype,
+    output_dtype,
+    column: str | None,
+) -> dict:
     """Everything needed to regenerate S and to check an output against its input."""
     import numpy as np
 
@@ -96,13 +105,13 @@ def read_provenance(path, *, current_spec: bool = True) -> dict | None:
         record = _parquet_record(path)
     if not is_projection_record(record):
         return None
-    if current_spec and record["spec_version"] not in spec.sparse_jl_same_since(record["out_features"],
-                                                                                 record["nnz"]):
+    if current_spec and record["spec_version"] not in spec.sparse_jl_same_since(record["out_features"], record["nnz"]):
         raise FileProjectionError(
             f"{path} was projected under sjlt's stream spec version {record['spec_version']}, but this sjlt "
             f"implements version {spec.SPEC_VERSION}, whose matrix differs (docs/spec.md, version history): "
             f"project the input again with this version (same seed) rather than mixing the two, or read it "
-            f"with the sjlt release that wrote it")
+            f"with the sjlt release that wrote it"
+        )
     return record
 
 
@@ -132,7 +141,8 @@ def written_by_sjlt(path: Path) -> bool:
         if name.endswith(".json"):
             record = _read_json(path)
             return is_projection_record(record) or (
-                isinstance(record, dict) and record.get("written_by") == EVALUATE_WRITER)
+                isinstance(record, dict) and record.get("written_by") == EVALUATE_WRITER
+            )
         if path.suffix.lower().lstrip(".") in PLOT_FORMATS:
             return _has_plot_mark(path)
     except Exception:  # noqa: BLE001 - a file we cannot parse is, by definition, not one we wrote

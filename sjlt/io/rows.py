@@ -4,10 +4,11 @@ Every adapter that projects host data goes through :class:`DeviceStream`: the ba
 pipeline (:mod:`.project`), scikit-learn's dense inputs and the blocks of Dask tasks (both through
 :func:`project_rows`; the Dask side is :mod:`.blocks`).
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -32,8 +33,7 @@ def tensor_view(array: np.ndarray) -> torch.Tensor:
     if any(stride < 0 for stride in array.strides) or not array.flags.aligned:
         array = np.ascontiguousarray(array)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
-                                category=UserWarning)
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
         return torch.from_numpy(array)
 
 
@@ -60,8 +60,9 @@ class DeviceStream:
     chunk has fired.
     """
 
-    def __init__(self, project: Callable[[torch.Tensor], torch.Tensor], device: torch.device, *,
-                 depth: int = STREAM_DEPTH):
+    def __init__(
+        self, project: Callable[[torch.Tensor], torch.Tensor], device: torch.device, *, depth: int = STREAM_DEPTH
+    ):
         self._project = project
         self.device = torch.device(device)
         self._gpu = self.device.type == "cuda"
@@ -93,8 +94,7 @@ class DeviceStream:
         with torch.cuda.device(self.device), torch.cuda.stream(self._streams[slot]):
             x_device = staged_in[:rows].to(self.device, non_blocking=True)
             y_device = self._project(x_device)
-            staged_out = self._staged_out[slot] = _fitting(self._staged_out[slot], y_device.shape,
-                                                           y_device.dtype)
+            staged_out = self._staged_out[slot] = _fitting(self._staged_out[slot], y_device.shape, y_device.dtype)
             staged_out[:rows].copy_(y_device, non_blocking=True)
             done = torch.cuda.Event()
             done.record()
@@ -125,14 +125,25 @@ class DeviceStream:
 
 def _fitting(buffer: torch.Tensor | None, shape, dtype: torch.dtype) -> torch.Tensor:
     """``buffer`` if it holds ``shape`` (at most its rows) of ``dtype``, else a new pinned one."""
-    if (buffer is not None and buffer.dtype == dtype and buffer.shape[1:] == tuple(shape[1:])
-            and buffer.shape[0] >= shape[0]):
+    if (
+        buffer is not None
+        and buffer.dtype == dtype
+        and buffer.shape[1:] == tuple(shape[1:])
+        and buffer.shape[0] >= shape[0]
+    ):
         return buffer
     return torch.empty(tuple(shape), dtype=dtype, pin_memory=True)
 
 
-def project_rows(array: np.ndarray, out_features: int, *, seed: int, nnz: int,
-                 device: torch.device, rows_per_chunk: int | None = None) -> np.ndarray:
+def project_rows(
+    array: np.ndarray,
+    out_features: int,
+    *,
+    seed: int,
+    nnz: int,
+    device: torch.device,
+    rows_per_chunk: int | None = None,
+) -> np.ndarray:
     """``array @ S.T`` for a 2-D float array in host memory, projected on ``device`` and returned
     as a numpy array of the input's dtype.
 
@@ -143,8 +154,7 @@ def project_rows(array: np.ndarray, out_features: int, *, seed: int, nnz: int,
     n_rows, n_features = x.shape
     device = torch.device(device)
     if rows_per_chunk is None:
-        rows_per_chunk = (n_rows if device.type == "cpu"
-                          else GPU_CHUNK_BYTES // max(1, n_features * x.element_size()))
+        rows_per_chunk = n_rows if device.type == "cpu" else GPU_CHUNK_BYTES // max(1, n_features * x.element_size())
     rows_per_chunk = max(1, rows_per_chunk)
     stream = DeviceStream(lambda chunk: sparse_jl(chunk, out_features, seed=seed, nnz=nnz), device)
     if device.type == "cpu" and rows_per_chunk >= n_rows:

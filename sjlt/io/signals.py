@@ -6,12 +6,13 @@ signal raises; later ones are ignored until the block ends, so a second Ctrl-C c
 clean-up (or the one-line message) short. Within :func:`signals_deferred` (committing an output:
 a few renames that must not be cut in two) a signal takes effect at the end of the block.
 """
+
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from .errors import Interrupted
 
@@ -19,8 +20,8 @@ _HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 
 class _State:
-    raised = False           # the first signal has been raised: ignore the rest
-    deferring = 0            # depth of signals_deferred blocks (main thread only)
+    raised = False  # the first signal has been raised: ignore the rest
+    deferring = 0  # depth of signals_deferred blocks (main thread only)
     pending: int | None = None
 
 

@@ -1,4 +1,5 @@
 """Launch rules shared by both layouts' launchers: dot configuration, d-splits, forward outputs."""
+
 from __future__ import annotations
 
 import math
@@ -7,8 +8,8 @@ from typing import NamedTuple
 import torch
 
 from .. import _buffers, backends
-from .._dtypes import TORCH_FLOAT_DTYPES
 from .._backend import dot_dtype, multiprocessor_count
+from .._dtypes import TORCH_FLOAT_DTYPES
 
 #: Input dtypes the SJLT kernels take: sjlt's float dtypes but float64, which runs the reference.
 KERNEL_DTYPES = tuple(dtype for dtype in TORCH_FLOAT_DTYPES if dtype != torch.float64)
@@ -33,8 +34,9 @@ def dot_config(dtype):
 _SPLIT_MIN_BYTES = 1 << 22
 
 
-def splits_to_fill(programs: int, max_splits: int, per_sm: int, device: torch.device,
-                   summed: tuple[int, int] | None = None) -> int:
+def splits_to_fill(
+    programs: int, max_splits: int, per_sm: int, device: torch.device, summed: tuple[int, int] | None = None
+) -> int:
     """Splits of the work over d that bring ``programs`` up to ``per_sm`` programs per SM, at most
     ``max_splits``. ``summed``: (input bytes, bytes of one split's float32 partial) when the splits
     produce partials that a second launch sums (the forward). Below _SPLIT_MIN_BYTES of input that
@@ -75,6 +77,7 @@ class Tiling(NamedTuple):
     (``sparse_jl_windowed_shuffle_forward_kernel``) instead of multiplying tiles; ``gluon``: whether
     a half-type windowed forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``;
     True needs an eligible input and GPU)."""
+
     splits: int | None = None
     blocks: tuple | None = None
     num_warps: int | None = None

@@ -6,9 +6,10 @@ among them, which imports ``torch._dynamo`` on the first call), costing tens of 
 launch-bound inputs. The registrations are the same ones ``custom_op`` makes: a
 CompositeExplicitAutograd kernel, a fake kernel for tracing, and ``register_autograd``.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -41,11 +42,19 @@ def register_autocast_like_linear(op: torch._ops.OpOverload, device_types=("cuda
 
         def autocast_kernel(*args, _device_type=device_type, _key=key):
             dtype = torch.get_autocast_dtype(_device_type)
-            args = tuple(arg.to(dtype) if isinstance(arg, torch.Tensor) and arg.dtype in _AUTOCAST_ELIGIBLE
-                         and arg.device.type == _device_type else arg for arg in args)
+            args = tuple(
+                arg.to(dtype)
+                if isinstance(arg, torch.Tensor) and arg.dtype in _AUTOCAST_ELIGIBLE and arg.device.type == _device_type
+                else arg
+                for arg in args
+            )
             with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_key)):
                 return op(*args)
 
         op.py_impl(key)(autocast_kernel)
-        LIBRARY.impl(op.name().split("::")[1], lambda keyset, *args, _kernel=autocast_kernel: _kernel(*args),
-                     key_name, with_keyset=True)
+        LIBRARY.impl(
+            op.name().split("::")[1],
+            lambda keyset, *args, _kernel=autocast_kernel: _kernel(*args),
+            key_name,
+            with_keyset=True,
+        )

@@ -14,6 +14,7 @@ steered by two flags in :mod:`sjlt.backends`:
   ``deterministic=True`` takes precedence and the timing is skipped, as cuDNN's documentation says
   reproducibility needs ``benchmark=False``.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -41,8 +42,16 @@ DENSE, KERNEL = "dense", "kernel"
 _BENCHMARKED: dict = {}
 
 
-def algorithm(x: torch.Tensor, in_features: int, out_features: int, nnz: int, key0: int, key1: int,
-              column_offset: int, transpose: bool = False) -> str:
+def algorithm(
+    x: torch.Tensor,
+    in_features: int,
+    out_features: int,
+    nnz: int,
+    key0: int,
+    key1: int,
+    column_offset: int,
+    transpose: bool = False,
+) -> str:
     """DENSE or KERNEL for the (n, .) CUDA input ``x`` (x is (n, d), or (n, k) for the transpose)."""
     rule = _rule(x, in_features, out_features)
     if backends.deterministic or not backends.benchmark:
@@ -61,21 +70,29 @@ def algorithm(x: torch.Tensor, in_features: int, out_features: int, nnz: int, ke
 
 def _rule(x: torch.Tensor, in_features: int, out_features: int) -> str:
     if x.numel() * x.element_size() < LAUNCH_BOUND_BYTES and dense.eligible(
-            x, in_features, out_features, LAUNCH_BOUND_MATRIX_BYTES):
+        x, in_features, out_features, LAUNCH_BOUND_MATRIX_BYTES
+    ):
         return DENSE
-    if (x.dtype in (torch.float16, torch.bfloat16) and out_features <= HALF_DENSE_MAX_FEATURES
-            and dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes"))):
+    if (
+        x.dtype in (torch.float16, torch.bfloat16)
+        and out_features <= HALF_DENSE_MAX_FEATURES
+        and dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes"))
+    ):
         return DENSE
     return KERNEL
 
 
 def _time_and_pick(x, in_features, out_features, nnz, key0, key1, column_offset, transpose) -> str:
     if transpose:
-        candidates = {DENSE: lambda: dense.transpose(x, in_features, key0, key1, nnz, column_offset),
-                      KERNEL: lambda: triton_transpose(x, in_features, key0, key1, nnz, column_offset)}
+        candidates = {
+            DENSE: lambda: dense.transpose(x, in_features, key0, key1, nnz, column_offset),
+            KERNEL: lambda: triton_transpose(x, in_features, key0, key1, nnz, column_offset),
+        }
     else:
-        candidates = {DENSE: lambda: dense.forward(x, out_features, key0, key1, nnz, column_offset),
-                      KERNEL: lambda: triton_forward(x, out_features, key0, key1, nnz, column_offset)}
+        candidates = {
+            DENSE: lambda: dense.forward(x, out_features, key0, key1, nnz, column_offset),
+            KERNEL: lambda: triton_forward(x, out_features, key0, key1, nnz, column_offset),
+        }
     times = {name: time_ms(run) for name, run in candidates.items()}
     return min(times, key=times.get)
 

@@ -9,6 +9,7 @@ kernel's to float tolerance, not bit for bit; ``sjlt.ops.choice`` decides which 
 Matrices are cached within ``sjlt.backends.dense_cache_bytes``, least recently used first out,
 keyed by everything that defines S; none is cached while a CUDA graph is being captured.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ from .. import backends
 from ._launch import KERNEL_DTYPES
 from .layouts import triton_hash  # the kernels' own tables: the dense S is the kernels' S
 
-_CACHE: "OrderedDict[tuple, torch.Tensor]" = OrderedDict()
+_CACHE: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 _cached_bytes = 0
 
 
@@ -28,8 +29,9 @@ def eligible(x: torch.Tensor, in_features: int, out_features: int, max_matrix_by
     """Whether the dense algorithm can run the (n, .) CUDA input ``x`` of a projection between
     in_features and out_features with S no larger than ``max_matrix_bytes`` and the cache budget."""
     budget = min(max_matrix_bytes, backends.byte_budget("dense_cache_bytes"))
-    return (x.device.type == "cuda" and x.dtype in KERNEL_DTYPES
-            and in_features * out_features * x.element_size() <= budget)
+    return (
+        x.device.type == "cuda" and x.dtype in KERNEL_DTYPES and in_features * out_features * x.element_size() <= budget
+    )
 
 
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:
@@ -57,8 +59,16 @@ def _zero(like: torch.Tensor) -> torch.Tensor:
     return zero
 
 
-def sign_matrix(in_features: int, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
-                dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def sign_matrix(
+    in_features: int,
+    out_features: int,
+    key0: int,
+    key1: int,
+    nnz: int,
+    column_offset: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
     """The (out_features, in_features) matrix sqrt(nnz) * S: entries 0 and +-1, exact in any dtype."""
     global _cached_bytes
     key = (in_features, out_features, key0, key1, nnz, column_offset, dtype, device)

@@ -4,6 +4,7 @@ The seed is a device tensor, never a Python int: the kernel reads it at run time
 replays with whatever its seed tensor holds then, and ``torch.compile`` does not specialise on it.
 Dropout is diagonal, so its backward is the same op applied to the gradient with the same seed.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,6 @@ from .. import _buffers, reference, spec
 from .._backend import use_triton
 from .._dtypes import TORCH_FLOAT_DTYPES  # the dropout kernel takes all of them
 from ._library import LIBRARY, define
-
 
 # The 1-element scale tensor of each (p, dtype, device): built once, not per call (it would cost a
 # launch each time).
@@ -85,8 +85,19 @@ def triton_dropout(x: torch.Tensor, p: float, seed: torch.Tensor) -> torch.Tenso
     block = 1024
     programs = rows * math.ceil(cols / block) if per_row else math.ceil(rows * cols / block)
     seeded_dropout_kernel[(programs,)](
-        source, y, seed, scale, rows, cols, stride_r, stride_c, spec.dropout_threshold(p),
-        DOMAIN=spec.DOMAIN_DROPOUT, PER_ROW_SEED=per_row, CONTIGUOUS=contiguous, BLOCK=block,
+        source,
+        y,
+        seed,
+        scale,
+        rows,
+        cols,
+        stride_r,
+        stride_c,
+        spec.dropout_threshold(p),
+        DOMAIN=spec.DOMAIN_DROPOUT,
+        PER_ROW_SEED=per_row,
+        CONTIGUOUS=contiguous,
+        BLOCK=block,
         num_warps=4,
     )
     return y
@@ -102,9 +113,12 @@ def _dropout_kernel(x: torch.Tensor, p: float, seed: torch.Tensor, backend: str)
     return reference.seeded_dropout(x, p, seed=seed)
 
 
-seeded_dropout_op = define("seeded_dropout", "(Tensor x, float p, Tensor seed, str backend) -> Tensor",
-                           _dropout_kernel, lambda x, p, seed, backend: torch.empty(x.shape, dtype=x.dtype,
-                                                                                    device=x.device))
+seeded_dropout_op = define(
+    "seeded_dropout",
+    "(Tensor x, float p, Tensor seed, str backend) -> Tensor",
+    _dropout_kernel,
+    lambda x, p, seed, backend: torch.empty(x.shape, dtype=x.dtype, device=x.device),
+)
 
 
 def _setup_context(ctx, inputs, output):

@@ -1,4 +1,5 @@
 """The Triton kernels of S's layout: each call goes to the windowed or the classic launcher."""
+
 from __future__ import annotations
 
 import torch
@@ -7,27 +8,37 @@ from .. import reference, spec
 from . import classic, windowed
 
 
-def triton_forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
-                   column_offset: int) -> torch.Tensor:
+def triton_forward(
+    x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int
+) -> torch.Tensor:
     """Y = x S^T with the Triton kernel of S's layout."""
     layout = windowed if spec.is_windowed(out_features, nnz) else classic
     return layout.forward(x, out_features, key0, key1, nnz, column_offset)
 
 
-def triton_transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
-                     column_offset: int) -> torch.Tensor:
+def triton_transpose(
+    y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int, column_offset: int
+) -> torch.Tensor:
     """Z = y S with the Triton kernel of S's layout."""
     layout = windowed if spec.is_windowed(y.shape[1], nnz) else classic
     return layout.transpose(y, in_features, key0, key1, nnz, column_offset)
 
 
-def triton_hash(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
-                column_offset: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def triton_hash(
+    in_features: int, out_features: int, key0: int, key1: int, nnz: int, column_offset: int, device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernels' own (rows, negative) table, for materialising S and for tests."""
     if spec.is_windowed(out_features, nnz):
         tables = windowed.window_tables(in_features, out_features, key0, key1, nnz, column_offset, device)
-        return reference.windowed_rows(in_features, column_offset, tables.words.t().to(torch.int64) & 0xFFFFFFFF,
-                                       tables.rotations.to(torch.int64), tables.group_base * tables.windows,
-                                       tables.group_base, out_features, nnz)
+        return reference.windowed_rows(
+            in_features,
+            column_offset,
+            tables.words.t().to(torch.int64) & 0xFFFFFFFF,
+            tables.rotations.to(torch.int64),
+            tables.group_base * tables.windows,
+            tables.group_base,
+            out_features,
+            nnz,
+        )
     table = classic.hash_table(in_features, out_features, key0, key1, nnz, column_offset, device)
     return (table & 0x7FFFFFFF).to(torch.int64), table < 0

@@ -5,6 +5,7 @@ saves no tensor at all. Inputs here are already validated 2-D real tensors (see
 ``sjlt.functional``). On CUDA the algorithm (``choice``) is the kernel of S's layout
 (``layouts``) or the dense one (``dense``); elsewhere the CPU engine (``sjlt.cpu_engine``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,13 +13,14 @@ import torch
 from .. import cpu_engine, spec
 from .._backend import use_triton
 from . import choice, dense
-from .layouts import triton_forward, triton_transpose
 from ._launch import KERNEL_DTYPES
 from ._library import LIBRARY, define, register_autocast_like_linear
+from .layouts import triton_forward, triton_transpose
 
 
-def _forward_kernel(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int,
-                    column_offset: int, backend: str) -> torch.Tensor:
+def _forward_kernel(
+    x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int, backend: str
+) -> torch.Tensor:
     if x.shape[0] == 0 or x.shape[1] == 0:
         return torch.zeros(x.shape[0], out_features, dtype=x.dtype, device=x.device)
     if use_triton(backend, x, supports_dtype=x.dtype in KERNEL_DTYPES):
@@ -29,30 +31,40 @@ def _forward_kernel(x: torch.Tensor, out_features: int, key0: int, key1: int, nn
     # (checked by opcheck against the fake) is a contiguous output, and the engine accumulates in
     # float32 on purpose: an enclosing autocast must not recast it.
     with torch.autocast(x.device.type, enabled=False):
-        return cpu_engine.sparse_jl_forward(x, out_features, seed=spec.seed_from_key(key0, key1), nnz=nnz,
-                                            column_offset=column_offset).contiguous()
+        return cpu_engine.sparse_jl_forward(
+            x, out_features, seed=spec.seed_from_key(key0, key1), nnz=nnz, column_offset=column_offset
+        ).contiguous()
 
 
-def _transpose_kernel(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
-                      column_offset: int, backend: str) -> torch.Tensor:
+def _transpose_kernel(
+    y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int, column_offset: int, backend: str
+) -> torch.Tensor:
     if y.shape[0] == 0 or in_features == 0:
         return torch.zeros(y.shape[0], in_features, dtype=y.dtype, device=y.device)
     if use_triton(backend, y, supports_dtype=y.dtype in KERNEL_DTYPES):
-        if choice.algorithm(y, in_features, y.shape[1], nnz, key0, key1, column_offset,
-                            transpose=True) == choice.DENSE:
+        if choice.algorithm(y, in_features, y.shape[1], nnz, key0, key1, column_offset, transpose=True) == choice.DENSE:
             return dense.transpose(y, in_features, key0, key1, nnz, column_offset)
         return triton_transpose(y, in_features, key0, key1, nnz, column_offset)
     with torch.autocast(y.device.type, enabled=False):
-        return cpu_engine.sparse_jl_transpose(y, in_features, seed=spec.seed_from_key(key0, key1), nnz=nnz,
-                                              column_offset=column_offset).contiguous()
+        return cpu_engine.sparse_jl_transpose(
+            y, in_features, seed=spec.seed_from_key(key0, key1), nnz=nnz, column_offset=column_offset
+        ).contiguous()
 
 
 _SCHEMA = "(Tensor {0}, SymInt {1}, int key0, int key1, int nnz, int column_offset, str backend) -> Tensor"
 
-sparse_jl_op = define("sparse_jl", _SCHEMA.format("x", "out_features"), _forward_kernel,
-                      lambda x, out_features, *rest: x.new_empty(x.shape[0], out_features))
-sparse_jl_transpose_op = define("sparse_jl_transpose", _SCHEMA.format("y", "in_features"), _transpose_kernel,
-                                lambda y, in_features, *rest: y.new_empty(y.shape[0], in_features))
+sparse_jl_op = define(
+    "sparse_jl",
+    _SCHEMA.format("x", "out_features"),
+    _forward_kernel,
+    lambda x, out_features, *rest: x.new_empty(x.shape[0], out_features),
+)
+sparse_jl_transpose_op = define(
+    "sparse_jl_transpose",
+    _SCHEMA.format("y", "in_features"),
+    _transpose_kernel,
+    lambda y, in_features, *rest: y.new_empty(y.shape[0], in_features),
+)
 
 
 def _setup_context(ctx, inputs, output):
@@ -70,8 +82,9 @@ def _transpose_backward(ctx, grad):
 
 
 torch.library.register_autograd("sjlt::sparse_jl", _forward_backward, setup_context=_setup_context, lib=LIBRARY)
-torch.library.register_autograd("sjlt::sparse_jl_transpose", _transpose_backward, setup_context=_setup_context,
-                                lib=LIBRARY)
+torch.library.register_autograd(
+    "sjlt::sparse_jl_transpose", _transpose_backward, setup_context=_setup_context, lib=LIBRARY
+)
 # Like F.linear: under torch.autocast both run in the autocast dtype (float64 excepted).
 register_autocast_like_linear(sparse_jl_op)
 register_autocast_like_linear(sparse_jl_transpose_op)

@@ -1,4 +1,5 @@
 """Launchers of the windowed layout's kernels (k = 16 * A * nnz, docs/spec.md 2b) and its per-call tables."""
+
 from __future__ import annotations
 
 import functools
@@ -14,6 +15,7 @@ from ._launch import Tiling, dot_config, forward_output, promote_every, splits_t
 
 class WindowTables(NamedTuple):
     """Per-call tables of the windowed layout for whole groups [group_base, group_base + groups)."""
+
     words: torch.Tensor  # (groups * windows, nnz) int32: mask and signs of each (chunk, block)
     rotations: torch.Tensor  # (groups, bands) int32: R_(g,b)
     group_base: int
@@ -29,8 +31,9 @@ _TABLE_CACHE_ENTRIES = 16
 _TABLE_CACHE_MAX_BYTES = 1 << 20
 
 
-def window_tables(in_features: int, out_features: int, key0: int, key1: int, nnz: int,
-                  column_offset: int, device) -> WindowTables:
+def window_tables(
+    in_features: int, out_features: int, key0: int, key1: int, nnz: int, column_offset: int, device
+) -> WindowTables:
     device = torch.device(device)
     key = (in_features, out_features, key0, key1, nnz, column_offset, device)
     tables = _TABLE_CACHE.get(key)
@@ -57,8 +60,18 @@ def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offse
     rotations = _buffers.empty((groups, spec.band_count(nnz)), torch.int32, device)
     block = 256
     window_table_kernel[(math.ceil(groups * windows / block),)](
-        words, rotations, group_base, groups, windows, key0, key1, NNZ=nnz, BANDS=spec.band_count(nnz),
-        DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW, DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP, BLOCK=block,
+        words,
+        rotations,
+        group_base,
+        groups,
+        windows,
+        key0,
+        key1,
+        NNZ=nnz,
+        BANDS=spec.band_count(nnz),
+        DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW,
+        DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP,
+        BLOCK=block,
     )
     return WindowTables(words, rotations, group_base, groups, windows)
 
@@ -195,8 +208,11 @@ def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int)
     -> 1024, 2**16 x 2**13 -> 2048, 2**17 x 2048 -> 512), 0.98-0.99x at 8 (2**20 x 1024 -> 1024),
     and 0.76-0.84x with runs of 512 groups and more, where the Triton kernel's pipelined 128-row
     programs are faster; and only where it can run (:func:`_gluon_supported`)."""
-    return (x.shape[0] > 32 and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1]
-            and _gluon_supported(x, column_offset))
+    return (
+        x.shape[0] > 32
+        and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1]
+        and _gluon_supported(x, column_offset)
+    )
 
 
 #: Groups per program, inclusive, over which half-type forwards run the Gluon kernel.
@@ -213,16 +229,25 @@ def _gluon_supported(x: torch.Tensor, column_offset: int) -> bool:
     rather than interpreted, with triton's Gluon, and 16-byte aligned chunks for its cp.async
     copies. The compiler proves alignment from arguments divisible by 16 (in elements), so the
     row stride, d and the column offset must be, besides unit column stride and an aligned start."""
-    return (x.dtype in (torch.float16, torch.bfloat16) and x.device.type == "cuda" and not triton_interpreting()
-            and x.stride(1) == 1 and x.stride(0) % 16 == 0 and x.shape[1] % 16 == 0 and column_offset % 16 == 0
-            and x.data_ptr() % 16 == 0 and _sm90(x.device) and _gluon_importable())
+    return (
+        x.dtype in (torch.float16, torch.bfloat16)
+        and x.device.type == "cuda"
+        and not triton_interpreting()
+        and x.stride(1) == 1
+        and x.stride(0) % 16 == 0
+        and x.shape[1] % 16 == 0
+        and column_offset % 16 == 0
+        and x.data_ptr() % 16 == 0
+        and _sm90(x.device)
+        and _gluon_importable()
+    )
 
 
 def _sm90(device: torch.device) -> bool:
     return device_capability(device.index if device.index is not None else torch.cuda.current_device()) == (9, 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gluon_importable() -> bool:
     try:
         from ..kernels import sparse_jl_windowed_gluon  # noqa: F401
@@ -231,32 +256,58 @@ def _gluon_importable() -> bool:
     return True
 
 
-def _forward_gluon(x: torch.Tensor, tables: WindowTables, out_features: int, nnz: int, column_offset: int,
-                   tiling: Tiling) -> torch.Tensor:
+def _forward_gluon(
+    x: torch.Tensor, tables: WindowTables, out_features: int, nnz: int, column_offset: int, tiling: Tiling
+) -> torch.Tensor:
     """The forward through ``sparse_jl_windowed_gluon_forward_kernel``: the Triton forward's grid,
     splits and output, with 128-row programs (64 below 128 rows), one warpgroup each by default."""
     from ..kernels.sparse_jl_windowed_gluon import sparse_jl_windowed_gluon_forward_kernel
 
     if not _gluon_supported(x, column_offset):
-        raise ValueError("Tiling(gluon=True) needs a float16/bfloat16 input on an sm_90 GPU with triton's Gluon, "
-                         "unit column stride, and its start, row stride, width and column offset 16-byte aligned")
+        raise ValueError(
+            "Tiling(gluon=True) needs a float16/bfloat16 input on an sm_90 GPU with triton's Gluon, "
+            "unit column stride, and its start, row stride, width and column offset 16-byte aligned"
+        )
     n, d = x.shape
     bands = spec.band_count(nnz)
     block_n = tiling.blocks[0] if tiling.blocks else (128 if n >= 128 else 64)
-    _, width, tiles, splits, per_split = _grid(x, nnz, tables.groups, tables.windows, tiling.splits, block_n,
-                                               out_features, bands)
+    _, width, tiles, splits, per_split = _grid(
+        x, nnz, tables.groups, tables.windows, tiling.splits, block_n, out_features, bands
+    )
     groups_per_step = tiling.steps[0] if tiling.steps else _GLUON_STEPS[0]
     stages = tiling.num_stages or _GLUON_STEPS[1]
     warps = tiling.num_warps or 4
     if warps % 4 or block_n % (warps // 4 * 32):
-        raise ValueError(f"Tiling(gluon=True) runs whole warpgroups over 32-row multiples: num_warps={warps} with "
-                         f"{block_n} rows")
+        raise ValueError(
+            f"Tiling(gluon=True) runs whole warpgroups over 32-row multiples: num_warps={warps} with {block_n} rows"
+        )
     out, stride_split = forward_output(n, out_features, splits, x)
     sparse_jl_windowed_gluon_forward_kernel[(tiles, splits)](
-        x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
-        per_split, tables.windows, 1.0 / math.sqrt(nnz), x.stride(0), out.stride(-2), out.stride(-1), stride_split,
-        NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, BLOCK_N=block_n, WIDTH=max(width, _GLUON_MIN_WIDTH),
-        GROUPS=groups_per_step, STAGES=stages, WARPS=warps, num_warps=warps,
+        x,
+        tables.words,
+        tables.rotations,
+        out,
+        n,
+        d,
+        column_offset,
+        tables.group_base,
+        tables.groups,
+        per_split,
+        tables.windows,
+        1.0 / math.sqrt(nnz),
+        x.stride(0),
+        out.stride(-2),
+        out.stride(-1),
+        stride_split,
+        NNZ=nnz,
+        BLOCKS=_band_blocks(nnz),
+        BANDS=bands,
+        BLOCK_N=block_n,
+        WIDTH=max(width, _GLUON_MIN_WIDTH),
+        GROUPS=groups_per_step,
+        STAGES=stages,
+        WARPS=warps,
+        num_warps=warps,
     )
     return sum_splits(out, splits, x.dtype)
 
@@ -274,8 +325,16 @@ def _num_warps(block_m: int, paired: bool = False) -> int:
     return 4 if block_m >= 64 or paired else 2
 
 
-def _grid(x: torch.Tensor, nnz: int, groups: int, windows: int, splits=None, block_m=None,
-          out_features: int | None = None, bands: int = 1):
+def _grid(
+    x: torch.Tensor,
+    nnz: int,
+    groups: int,
+    windows: int,
+    splits=None,
+    block_m=None,
+    out_features: int | None = None,
+    bands: int = 1,
+):
     """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
     ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
     (n, k) partials to be summed; ``bands``: programs per (row tile, window)."""
@@ -287,56 +346,107 @@ def _grid(x: torch.Tensor, nnz: int, groups: int, windows: int, splits=None, blo
     if splits is None:
         # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
         # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
-        splits = splits_to_fill(tiles, groups // 16, 8, x.device,
-                                (x.numel() * x.element_size(), n * out_features * 4) if summed else None)
+        splits = splits_to_fill(
+            tiles, groups // 16, 8, x.device, (x.numel() * x.element_size(), n * out_features * 4) if summed else None
+        )
     per_split = math.ceil(groups / splits)
     return block_m, width, tiles, math.ceil(groups / per_split), per_split
 
 
-def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int,
-            tiling: Tiling = Tiling()) -> torch.Tensor:
+def forward(
+    x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int, tiling: Tiling = Tiling()
+) -> torch.Tensor:
     """Y = x S^T: a program owns window a of one band's blocks for a row tile and multiplies, per
     group, the one chunk that lands there by its signed-permutation tile, several groups per step
     (for half types with short runs on Hopper, in Gluon: :func:`_gluon_forward`); or (exact
     float32, one row tile, :func:`_shuffles`) permutes and adds the chunk's columns on the CUDA
     cores."""
-    from ..kernels.sparse_jl_windowed import (sparse_jl_windowed_forward_kernel,
-                                              sparse_jl_windowed_shuffle_forward_kernel)
+    from ..kernels.sparse_jl_windowed import (
+        sparse_jl_windowed_forward_kernel,
+        sparse_jl_windowed_shuffle_forward_kernel,
+    )
 
     n, d = x.shape
     tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
     bands = spec.band_count(nnz)
     fp32_passes, dot_type = dot_config(x.dtype)
     block_m, width, tiles, splits, per_split = _grid(
-        x, nnz, tables.groups, tables.windows, tiling.splits, tiling.blocks[0] if tiling.blocks else None,
-        out_features, bands)
+        x,
+        nnz,
+        tables.groups,
+        tables.windows,
+        tiling.splits,
+        tiling.blocks[0] if tiling.blocks else None,
+        out_features,
+        bands,
+    )
     if _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon:
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
     if _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle:
         out, stride_split = forward_output(n, out_features, splits, x)
         sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
-            x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
-            per_split, tables.windows, 1.0 / math.sqrt(nnz),
-            x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
-            NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, BLOCK_M=block_m,
-            num_warps=tiling.num_warps or _shuffle_warps(n, tables.windows), num_stages=1,
+            x,
+            tables.words,
+            tables.rotations,
+            out,
+            n,
+            d,
+            column_offset,
+            tables.group_base,
+            tables.groups,
+            per_split,
+            tables.windows,
+            1.0 / math.sqrt(nnz),
+            x.stride(0),
+            x.stride(1),
+            out.stride(-2),
+            out.stride(-1),
+            stride_split,
+            NNZ=nnz,
+            BLOCKS=_band_blocks(nnz),
+            BANDS=bands,
+            BLOCK_M=block_m,
+            num_warps=tiling.num_warps or _shuffle_warps(n, tables.windows),
+            num_stages=1,
         )
         return sum_splits(out, splits, x.dtype)
     groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
     if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
-        block_m, width, tiles, splits, per_split = _grid(x, nnz, tables.groups, tables.windows, tiling.splits,
-                                                         _WIDE_ROWS, out_features, bands)
+        block_m, width, tiles, splits, per_split = _grid(
+            x, nnz, tables.groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands
+        )
     out, stride_split = forward_output(n, out_features, splits, x)
     groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
     pipelined = (pipelined and unroll == 1) if tiling.pipelined is None else tiling.pipelined
     if pipelined and unroll != 1:
         raise ValueError(f"Tiling(pipelined=True) takes one dot per step, not steps={tiling.steps}")
     sparse_jl_windowed_forward_kernel[(tiles, splits)](
-        x, tables.words, tables.rotations, out, n, d, column_offset, tables.group_base, tables.groups,
-        per_split, tables.windows, 1.0 / math.sqrt(nnz),
-        x.stride(0), x.stride(1), out.stride(-2), out.stride(-1), stride_split,
-        NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=bands, FP32_PASSES=fp32_passes, DOT_DTYPE=dot_type,
-        BLOCK_M=block_m, WIDTH=width, GROUPS=groups_per_dot, UNROLL=unroll,
+        x,
+        tables.words,
+        tables.rotations,
+        out,
+        n,
+        d,
+        column_offset,
+        tables.group_base,
+        tables.groups,
+        per_split,
+        tables.windows,
+        1.0 / math.sqrt(nnz),
+        x.stride(0),
+        x.stride(1),
+        out.stride(-2),
+        out.stride(-1),
+        stride_split,
+        NNZ=nnz,
+        BLOCKS=_band_blocks(nnz),
+        BANDS=bands,
+        FP32_PASSES=fp32_passes,
+        DOT_DTYPE=dot_type,
+        BLOCK_M=block_m,
+        WIDTH=width,
+        GROUPS=groups_per_dot,
+        UNROLL=unroll,
         PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
         PIPELINED=pipelined,
         num_warps=tiling.num_warps or _num_warps(block_m),
@@ -345,8 +455,9 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
     return sum_splits(out, splits, x.dtype)
 
 
-def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
-              column_offset: int, tiling: Tiling = Tiling()) -> torch.Tensor:
+def transpose(
+    y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int, column_offset: int, tiling: Tiling = Tiling()
+) -> torch.Tensor:
     """Z = y S. A chunk lands in a different window in each band. With one band, or two when the
     programs have long runs of groups (:func:`_pairs_bands`), one launch computes every column
     whole (two bands: the groups in order of their band-1 shift, so both y tiles stay
@@ -359,8 +470,9 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
     z = _buffers.empty((n, in_features), y.dtype, y.device)
     bands = spec.band_count(nnz)
     if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
-        _transpose_band(y, z, z, 0, 0, tables, 0, nnz, in_features, column_offset, 0, tables.groups, tiling,
-                        paired=bands == 2)
+        _transpose_band(
+            y, z, z, 0, 0, tables, 0, nnz, in_features, column_offset, 0, tables.groups, tiling, paired=bands == 2
+        )
         return z
     if y.dtype == torch.float32:
         for band in range(bands):
@@ -370,7 +482,7 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
     chunk = spec.WINDOW * tables.windows  # input columns per group
     first_column = tables.group_base * chunk - column_offset  # of table group 0, in z (may be < 0)
     for r0 in range(0, n, rows):
-        y_rows, z_rows = y[r0:r0 + rows], z[r0:r0 + rows]
+        y_rows, z_rows = y[r0 : r0 + rows], z[r0 : r0 + rows]
         for g0 in range(0, tables.groups, groups):
             g1 = min(g0 + groups, tables.groups)
             col0 = max(0, first_column + g0 * chunk)
@@ -378,8 +490,21 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
             sums = _buffers.empty((y_rows.shape[0], width), torch.float32, y.device)
             for band in range(bands):
                 last = band == bands - 1
-                _transpose_band(y_rows, z_rows if last else sums, sums, 0 if last else col0, col0, tables, band,
-                                nnz, in_features, column_offset, g0, g1, tiling)
+                _transpose_band(
+                    y_rows,
+                    z_rows if last else sums,
+                    sums,
+                    0 if last else col0,
+                    col0,
+                    tables,
+                    band,
+                    nnz,
+                    in_features,
+                    column_offset,
+                    g0,
+                    g1,
+                    tiling,
+                )
     return z
 
 
@@ -397,8 +522,9 @@ def _pairs_bands(y: torch.Tensor, nnz: int, tables: WindowTables, tiling: Tiling
         return False
     if tiling.paired is not None:
         return tiling.paired
-    per_split = _grid(y, nnz, tables.groups, tables.windows, tiling.splits,
-                      tiling.blocks[0] if tiling.blocks else None)[4]
+    per_split = _grid(
+        y, nnz, tables.groups, tables.windows, tiling.splits, tiling.blocks[0] if tiling.blocks else None
+    )[4]
     return per_split >= _PAIRED_MIN_RUN * tables.windows
 
 
@@ -413,9 +539,22 @@ def _transpose_slab(n: int, windows: int, groups: int) -> tuple[int, int]:
     return rows, max(1, min(groups, budget // (group_bytes * rows)))
 
 
-def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTables, band: int, nnz: int,
-                    in_features: int, column_offset: int, g_first: int, g_last: int, tiling: Tiling,
-                    paired: bool = False):
+def _transpose_band(
+    y,
+    out,
+    partial,
+    out_col0,
+    partial_col0,
+    tables: WindowTables,
+    band: int,
+    nnz: int,
+    in_features: int,
+    column_offset: int,
+    g_first: int,
+    g_last: int,
+    tiling: Tiling,
+    paired: bool = False,
+):
     """One launch of the transpose kernel: band ``band``'s terms of z's columns of table groups
     [g_first, g_last), added (after band 0) to ``partial`` and written to ``out``; z's column c is
     column c - out_col0 of ``out`` and c - partial_col0 of ``partial``. ``paired``: both bands'
@@ -423,8 +562,9 @@ def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTable
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_transpose_kernel
 
     n = y.shape[0]
-    block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits,
-                                                     tiling.blocks[0] if tiling.blocks else None)
+    block_m, width, tiles, splits, per_split = _grid(
+        y, nnz, g_last - g_first, tables.windows, tiling.splits, tiling.blocks[0] if tiling.blocks else None
+    )
     order, starts = shift_order(tables) if paired else (tables.rotations, tables.rotations)  # unread if unpaired
     fp32_passes, dot_type = dot_config(y.dtype)
     steps = tiling.steps or (_TRANSPOSE_GROUPS,)  # (groups per dot[, tile on the left])
@@ -433,14 +573,44 @@ def _transpose_band(y, out, partial, out_col0, partial_col0, tables: WindowTable
     if pipelined is None:
         pipelined = _transpose_pipelined(y.dtype, spec.band_count(nnz), paired, block_m)
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
-        y, tables.words, tables.rotations, order, starts, out, partial, n, in_features, column_offset,
-        tables.group_base, g_first, g_last, per_split, tables.windows, band, out_col0, partial_col0,
+        y,
+        tables.words,
+        tables.rotations,
+        order,
+        starts,
+        out,
+        partial,
+        n,
+        in_features,
+        column_offset,
+        tables.group_base,
+        g_first,
+        g_last,
+        per_split,
+        tables.windows,
+        band,
+        out_col0,
+        partial_col0,
         1.0 / math.sqrt(nnz),
-        y.stride(0), y.stride(1), out.stride(0), out.stride(1), partial.stride(0), partial.stride(1),
-        NNZ=nnz, BLOCKS=_band_blocks(nnz), BANDS=spec.band_count(nnz), FP32_PASSES=fp32_passes,
-        DOT_DTYPE=dot_type, BLOCK_M=block_m, WIDTH=width, GROUPS=steps[0], TILE_LEFT=tile_left,
-        ADD_PARTIAL=band > 0, PAIRED=paired,
-        PIPELINED=pipelined, PARTIAL_FIRST=_partial_first(y.dtype),
+        y.stride(0),
+        y.stride(1),
+        out.stride(0),
+        out.stride(1),
+        partial.stride(0),
+        partial.stride(1),
+        NNZ=nnz,
+        BLOCKS=_band_blocks(nnz),
+        BANDS=spec.band_count(nnz),
+        FP32_PASSES=fp32_passes,
+        DOT_DTYPE=dot_type,
+        BLOCK_M=block_m,
+        WIDTH=width,
+        GROUPS=steps[0],
+        TILE_LEFT=tile_left,
+        ADD_PARTIAL=band > 0,
+        PAIRED=paired,
+        PIPELINED=pipelined,
+        PARTIAL_FIRST=_partial_first(y.dtype),
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
