@@ -88,7 +88,8 @@ def _is_list_candidate(dtype) -> bool:
         from .io.arrow import is_list_type
 
         return is_list_type(dtype.pyarrow_dtype)
-    return dtype == object  # noqa: E721 (numpy dtypes equal object; they are not it)  dask.dataframe.read_parquet gives list columns object dtype
+    # dask.dataframe.read_parquet gives list columns object dtype; numpy dtypes equal object, not `is` it.
+    return dtype == object  # noqa: E721
 
 
 def _project_frame(frame, k: int, seed: int, nnz: int, device: str):

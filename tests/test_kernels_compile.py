@@ -178,22 +178,24 @@ def _variants():
             }
             if nnz == 1:  # A = 1 and one split: the compiler makes these arguments constants
                 const.update(windows=1, groups_per_split=1, scale=1.0)
+            # The three windowed forwards (tile, 128-row, CUDA-core) share one signature.
+            forward_signature = {
+                "x_ptr": f"*{dtype}",
+                "out_ptr": f"*{dtype}",
+                **common,
+                "groups": I32,
+                "stride_xm": I64,
+                "stride_xd": I32,
+                "stride_om": I64,
+                "stride_ok": I32,
+                "stride_split": I64,
+            }
             for groups, unroll, _, pipelined in sorted(
                 {windowed._forward_steps(torch_dtypes[dtype], 1), windowed._forward_steps(torch_dtypes[dtype], 10**6)}
             ):
                 yield (
                     "sparse_jl_windowed_forward_kernel",
-                    {
-                        "x_ptr": f"*{dtype}",
-                        "out_ptr": f"*{dtype}",
-                        **common,
-                        "groups": I32,
-                        "stride_xm": I64,
-                        "stride_xd": I32,
-                        "stride_om": I64,
-                        "stride_ok": I32,
-                        "stride_split": I64,
-                    },
+                    forward_signature,
                     {
                         **const,
                         "GROUPS": groups,
@@ -205,17 +207,7 @@ def _variants():
             if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
                 yield (
                     "sparse_jl_windowed_forward_kernel",
-                    {
-                        "x_ptr": f"*{dtype}",
-                        "out_ptr": f"*{dtype}",
-                        **common,
-                        "groups": I32,
-                        "stride_xm": I64,
-                        "stride_xd": I32,
-                        "stride_om": I64,
-                        "stride_ok": I32,
-                        "stride_split": I64,
-                    },
+                    forward_signature,
                     {
                         **const,
                         "BLOCK_M": windowed._WIDE_ROWS,
@@ -228,17 +220,7 @@ def _variants():
             if dtype == "fp32" and passes == 3 and block_m in (32, 16):  # the CUDA-core forward (_shuffles)
                 yield (
                     "sparse_jl_windowed_shuffle_forward_kernel",
-                    {
-                        "x_ptr": f"*{dtype}",
-                        "out_ptr": f"*{dtype}",
-                        **common,
-                        "groups": I32,
-                        "stride_xm": I64,
-                        "stride_xd": I32,
-                        "stride_om": I64,
-                        "stride_ok": I32,
-                        "stride_split": I64,
-                    },
+                    forward_signature,
                     {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "BLOCK_M")}
                     | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const},
                 )
