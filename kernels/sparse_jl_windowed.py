@@ -164,6 +164,24 @@ def _window_columns(offs_q, window, windows, band, BLOCKS: tl.constexpr):
 
 
 @triton.jit
+def _folded_rows(offs_q, window, windows, band, out_features, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """For accumulator column q = 16t + v of a program off the lattice (docs/spec.md 2b): block
+    t' = band * BLOCKS + t, the padded row u = 16 a + v in [0, 16 A) of that block, the block's
+    size, and the output column of u where u < size. Blocks are whole windows from 16 floor(t' W /
+    nnz) (W = ceil(k / 16)); one of A - 1 windows folds its padded window A - 1 onto its window 0,
+    and the last block's last window is cut at k, its rows beyond folding onto its first ones. The
+    column is 16 * (a window index) + v, so the compiler sees 16 contiguous, aligned columns."""
+    block = band * BLOCKS + offs_q // WINDOW
+    padded = window * WINDOW + offs_q % WINDOW
+    total = (out_features + WINDOW - 1) // WINDOW
+    first_window = (block * total) // NNZ
+    block_windows = ((block + 1) * total) // NNZ - first_window
+    size = tl.minimum(WINDOW * (first_window + block_windows), out_features) - WINDOW * first_window
+    column = WINDOW * (first_window + tl.where(window < block_windows, window, 0)) + offs_q % WINDOW
+    return padded, size, first_window, column
+
+
+@triton.jit
 def _slot_group(order_ptr, slot, last, SORTED: tl.constexpr):
     """The table group at position ``slot`` (clamped to ``last``): the slot itself, or with SORTED
     its entry in the order table."""
@@ -610,6 +628,7 @@ def _sum_steps(
 @triton.jit
 def _store_window(
     out_ptr,
+    spill_ptr,
     acc,
     offs_q,
     pid_s,
@@ -619,22 +638,42 @@ def _store_window(
     windows,
     band,
     scale,
+    n,
+    out_features,
+    fold,
     stride_om,
     stride_ok,
     stride_split,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
+    FOLDS: tl.constexpr,
 ):
     """scale * acc into window a of this split's output, acc's column q = 16t + u being row u of the
-    window in block band * BLOCKS + t (blocks that do not exist are not written)."""
+    window in block band * BLOCKS + t (blocks that do not exist are not written). FOLDS: k is off
+    the lattice, so each block's padded rows [size, 16 A) add onto its first rows (docs/spec.md 2b);
+    those first rows and the padded rows go to a float32 spill of (splits, n, NNZ, 2, fold) instead
+    (fold: the most rows a block folds), which ``fold_spill_kernel`` sums and rounds once."""
     _, exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
+    mask = mask_m[:, None] & exists[None, :]
+    values = acc * scale
+    if FOLDS:
+        padded, size, _, columns = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS)
+        first = padded < WINDOW * windows - size  # the rows that padded rows fold onto
+        spilled = first | (padded >= size)
+        block = band * BLOCKS + offs_q // WINDOW
+        spill_columns = (block * 2 + tl.where(first, 0, 1)) * fold + tl.where(first, padded, padded - size)
+        tl.store(
+            spill_ptr + ((pid_s.to(tl.int64) * n + offs_m[:, None]) * NNZ) * (2 * fold) + spill_columns[None, :],
+            values,
+            mask=mask & spilled[None, :],
+        )
+        mask = mask & ~spilled[None, :]
+    else:
+        columns = _window_columns(offs_q, window, windows, band, BLOCKS)
     tl.store(
-        out_ptr
-        + pid_s.to(tl.int64) * stride_split
-        + offs_m[:, None] * stride_om
-        + _window_columns(offs_q, window, windows, band, BLOCKS)[None, :] * stride_ok,
-        (acc * scale).to(out_ptr.dtype.element_ty),
-        mask=mask_m[:, None] & exists[None, :],
+        out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + columns[None, :] * stride_ok,
+        values.to(out_ptr.dtype.element_ty),
+        mask=mask,
     )
 
 
@@ -644,6 +683,7 @@ def sparse_jl_windowed_forward_kernel(
     words_ptr,
     rotations_ptr,
     out_ptr,
+    spill_ptr,
     n,
     d,
     column_offset,
@@ -652,6 +692,8 @@ def sparse_jl_windowed_forward_kernel(
     groups_per_split,
     windows,
     scale,
+    out_features,
+    fold,
     stride_xm,
     stride_xd,
     stride_om,
@@ -660,6 +702,7 @@ def sparse_jl_windowed_forward_kernel(
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
+    FOLDS: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -746,6 +789,7 @@ def sparse_jl_windowed_forward_kernel(
             )
     _store_window(
         out_ptr,
+        spill_ptr,
         acc,
         offs_q,
         pid_s,
@@ -755,12 +799,48 @@ def sparse_jl_windowed_forward_kernel(
         windows,
         band,
         scale,
+        n,
+        out_features,
+        fold,
         stride_om,
         stride_ok,
         stride_split,
         NNZ,
         BLOCKS,
+        FOLDS,
     )
+
+
+@triton.jit
+def fold_spill_kernel(
+    spill_ptr,
+    out_ptr,
+    n,
+    out_features,
+    windows,
+    fold,
+    splits,
+    stride_om,
+    stride_ok,
+    NNZ: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """out[m, start_t + v] = the forward's spill of row start_t + v plus that of padded row size_t + v,
+    summed over the splits in order and rounded once, for every block t and v < 16 A - size_t (the
+    rows the block folds; docs/spec.md 2b). Grid: cdiv(n * NNZ * fold, BLOCK)."""
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = idx // (NNZ * fold)
+    block = (idx // fold) % NNZ
+    v = idx % fold
+    total = (out_features + WINDOW - 1) // WINDOW
+    start = WINDOW * ((block * total) // NNZ)
+    size = tl.minimum(WINDOW * (((block + 1) * total) // NNZ), out_features) - start
+    valid = (m < n) & (v < WINDOW * windows - size)
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in range(splits):
+        base = spill_ptr + ((split * n + m) * NNZ + block) * (2 * fold) + v
+        total += tl.load(base, mask=valid, other=0.0) + tl.load(base + fold, mask=valid, other=0.0)
+    tl.store(out_ptr + m * stride_om + (start + v) * stride_ok, total.to(out_ptr.dtype.element_ty), mask=valid)
 
 
 @triton.jit
@@ -826,6 +906,7 @@ def _shuffle_term(acc, x, word, t: tl.constexpr, lanes, zeros_m, BLOCKS: tl.cons
 @triton.jit
 def _store_block(
     out_ptr,
+    spill_ptr,
     acc,
     t: tl.constexpr,
     pid_s,
@@ -836,16 +917,21 @@ def _store_block(
     windows,
     band,
     scale,
+    n,
+    out_features,
+    fold,
     stride_om,
     stride_ok,
     stride_split,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
+    FOLDS: tl.constexpr,
 ):
     """Window a of block band * BLOCKS + t of this split's output, if the block exists."""
     if t < BLOCKS:  # the block's columns of a one-band accumulator
         _store_window(
             out_ptr,
+            spill_ptr,
             acc,
             t * WINDOW + lanes,
             pid_s,
@@ -855,11 +941,15 @@ def _store_block(
             windows,
             band,
             scale,
+            n,
+            out_features,
+            fold,
             stride_om,
             stride_ok,
             stride_split,
             NNZ,
             BLOCKS,
+            FOLDS,
         )
 
 
@@ -869,6 +959,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     words_ptr,
     rotations_ptr,
     out_ptr,
+    spill_ptr,
     n,
     d,
     column_offset,
@@ -877,6 +968,8 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     groups_per_split,
     windows,
     scale,
+    out_features,
+    fold,
     stride_xm,
     stride_xd,
     stride_om,
@@ -885,6 +978,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
+    FOLDS: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
     """The forward's output as ``sparse_jl_windowed_forward_kernel`` writes it (same grid, same
@@ -963,15 +1057,16 @@ def sparse_jl_windowed_shuffle_forward_kernel(
         a7 = _shuffle_term(a7, x, w7, 7, lanes, zeros_m, BLOCKS)
         x, w0, w1, w2, w3, w4, w5, w6, w7 = x_1, v0, v1, v2, v3, v4, v5, v6, v7
     # eight accumulators and stores, one per block: Triton has no arrays of tensors
-    tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, stride_om, stride_ok, stride_split)
-    _store_block(out_ptr, a0, 0, *tile, NNZ, BLOCKS)
-    _store_block(out_ptr, a1, 1, *tile, NNZ, BLOCKS)
-    _store_block(out_ptr, a2, 2, *tile, NNZ, BLOCKS)
-    _store_block(out_ptr, a3, 3, *tile, NNZ, BLOCKS)
-    _store_block(out_ptr, a4, 4, *tile, NNZ, BLOCKS)
-    _store_block(out_ptr, a5, 5, *tile, NNZ, BLOCKS)
-    _store_block(out_ptr, a6, 6, *tile, NNZ, BLOCKS)
-    _store_block(out_ptr, a7, 7, *tile, NNZ, BLOCKS)
+    tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features, fold)
+    tile = tile + (stride_om, stride_ok, stride_split)
+    _store_block(out_ptr, spill_ptr, a0, 0, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a1, 1, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a2, 2, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a3, 3, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a4, 4, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a5, 5, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a6, 6, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a7, 7, *tile, NNZ, BLOCKS, FOLDS)
 
 
 @triton.jit
@@ -1005,21 +1100,33 @@ def _band_operand(
     band,
     stride_ym,
     stride_yk,
+    out_features,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
+    FOLDS: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     TILE_LEFT: tl.constexpr,
 ):
     """y's columns of ``window`` in the blocks of ``band`` ([BLOCK_M, WIDTH], zeros for missing
-    blocks), as dot operands (_split_operand)."""
+    blocks), as dot operands (_split_operand). FOLDS: through the fold of padded rows into each
+    block (docs/spec.md 2b)."""
     _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
-    columns = _window_columns(offs_q, window, windows, band, BLOCKS)
-    y = tl.load(
-        y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk,
-        mask=mask_m[:, None] & block_exists[None, :],
-        other=0.0,
-    )
+    mask = mask_m[:, None] & block_exists[None, :]
+    if FOLDS:
+        padded, size, first_window, columns = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS)
+        # aligned whole windows in one load, the last block's rows cut at k in another
+        cut = padded >= size
+        y = tl.load(
+            y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask & ~cut[None, :], other=0.0
+        )
+        cut_columns = WINDOW * first_window + padded - size
+        y += tl.load(
+            y_ptr + offs_m[:, None] * stride_ym + cut_columns[None, :] * stride_yk, mask=mask & cut[None, :], other=0.0
+        )
+    else:
+        columns = _window_columns(offs_q, window, windows, band, BLOCKS)
+        y = tl.load(y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask, other=0.0)
     return _split_operand(y, FP32_PASSES, DOT_DTYPE, TILE_LEFT)
 
 
@@ -1298,6 +1405,7 @@ def sparse_jl_windowed_transpose_kernel(
     out_col0,
     partial_col0,
     scale,
+    out_features,
     stride_ym,
     stride_yk,
     stride_om,
@@ -1307,6 +1415,7 @@ def sparse_jl_windowed_transpose_kernel(
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
+    FOLDS: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -1350,8 +1459,10 @@ def sparse_jl_windowed_transpose_kernel(
             0,
             stride_ym,
             stride_yk,
+            out_features,
             NNZ,
             BLOCKS,
+            FOLDS,
             FP32_PASSES,
             DOT_DTYPE,
             TILE_LEFT,
@@ -1370,8 +1481,10 @@ def sparse_jl_windowed_transpose_kernel(
                     1,
                     stride_ym,
                     stride_yk,
+                    out_features,
                     NNZ,
                     BLOCKS,
+                    FOLDS,
                     FP32_PASSES,
                     DOT_DTYPE,
                     TILE_LEFT,
@@ -1430,8 +1543,10 @@ def sparse_jl_windowed_transpose_kernel(
             band,
             stride_ym,
             stride_yk,
+            out_features,
             NNZ,
             BLOCKS,
+            FOLDS,
             FP32_PASSES,
             DOT_DTYPE,
             TILE_LEFT,

@@ -29,6 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .sparse_jl_windowed import (
     WINDOW,
     _band_blocks,
+    _folded_rows,
     _signed_permutation,
     _stacked_columns,
     _step_chunks,
@@ -115,6 +116,7 @@ def sparse_jl_windowed_gluon_forward_kernel(
     words_ptr,
     rotations_ptr,
     out_ptr,
+    spill_ptr,
     n,
     d,
     column_offset,
@@ -123,6 +125,8 @@ def sparse_jl_windowed_gluon_forward_kernel(
     groups_per_split,
     windows,
     scale,
+    out_features,
+    fold,
     stride_xm,
     stride_om,
     stride_ok,
@@ -130,6 +134,7 @@ def sparse_jl_windowed_gluon_forward_kernel(
     NNZ: gl.constexpr,
     BLOCKS: gl.constexpr,
     BANDS: gl.constexpr,
+    FOLDS: gl.constexpr,
     BLOCK_N: gl.constexpr,
     WIDTH: gl.constexpr,
     GROUPS: gl.constexpr,
@@ -269,9 +274,23 @@ def sparse_jl_windowed_gluon_forward_kernel(
     q_out = gl.arange(0, WIDTH, layout=gl.SliceLayout(1, store_layout))
     rows = row0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
     _, exists = _band_blocks(q_out, band, NNZ, BLOCKS)
-    cols = _window_columns(q_out, window, windows, band, BLOCKS)
+    mask = exists[:, None] & (rows < n)[None, :]
+    if FOLDS:  # first and padded rows of each block to the float32 spill, as the Triton forward
+        padded, size, _, cols = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS)
+        first = padded < WINDOW * windows - size
+        spilled = first | (padded >= size)
+        block = band * BLOCKS + q_out // WINDOW
+        spill_cols = (block * 2 + gl.where(first, 0, 1)) * fold + gl.where(first, padded, padded - size)
+        gl.store(
+            spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * fold) + spill_cols[:, None],
+            out,
+            mask=mask & spilled[:, None],
+        )
+        mask = mask & ~spilled[:, None]
+    else:
+        cols = _window_columns(q_out, window, windows, band, BLOCKS)
     gl.store(
         out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
         out.to(out_ptr.dtype.element_ty),
-        mask=exists[:, None] & (rows < n)[None, :],
+        mask=mask,
     )

@@ -180,7 +180,9 @@ def windowed_rows(
     t = torch.arange(nnz, dtype=torch.int64, device=cols.device)[:, None]
     rotation = rotations[chunk[None, :] // windows - group_base, t // spec.BAND]  # (nnz, columns), row-major
     window = (chunk % windows + rotation) % windows
-    rows = (t * windows + window) * spec.WINDOW + (lane ^ (words & (spec.WINDOW - 1)))
+    padded = window * spec.WINDOW + (lane ^ (words & (spec.WINDOW - 1)))  # u in [0, 16A)
+    start, size = spec.windowed_block_rows(t, out_features, nnz)
+    rows = start + torch.where(padded >= size, padded - size, padded)  # the fold into the block
     negative = ((words >> (16 + lane)) & 1).bool()
     return rows, negative
 

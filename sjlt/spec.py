@@ -10,9 +10,9 @@ import math
 import numbers
 
 #: Format version of every stream below. Bump it on any change to the distribution.
-SPEC_VERSION = 5
+SPEC_VERSION = 6
 #: The versions whose seeded-dropout stream is the current one (it has not changed since v1).
-DROPOUT_SAME_SINCE = (1, 2, 3, 4, 5)
+DROPOUT_SAME_SINCE = (1, 2, 3, 4, 5, 6)
 
 #: Philox counter word c3 for each consumer: distinct values keep the SJLT and dropout streams
 #: disjoint under the same seed. ASCII 'SJLT' and 'DROP'.
@@ -99,14 +99,15 @@ def check_dimension(value, name: str) -> int:
 
 
 def default_nnz(out_features: int) -> int:
-    """out_features / 16 for multiples of 16 below 128 (so that the windowed layout applies); 16
-    for multiples of 256 from 2048 on (Gaussian-level tails there, docs/spec.md 2b); 8 otherwise
-    (capped at out_features). The layout follows from (out_features, nnz) by :func:`is_windowed`."""
-    if out_features % WINDOW == 0 and out_features < DEFAULT_NNZ * WINDOW:
-        return out_features // WINDOW
-    if out_features >= LARGE_K and out_features % (WINDOW * LARGE_K_NNZ) == 0:
-        return LARGE_K_NNZ
-    return min(DEFAULT_NNZ, out_features)
+    """8 nonzeros (16 from k = 2048 on), trimmed to the fewest blocks of A = ceil(k / 128) (ceil(k /
+    256)) windows that still cover k, and to at most k / 16 so that each block holds 16 rows: the
+    windowed layout for every k from 16 on, with few folded rows (docs/spec.md 2b). Below 16,
+    min(8, k) (classic)."""
+    if out_features < WINDOW:
+        return min(DEFAULT_NNZ, out_features)
+    most = LARGE_K_NNZ if out_features >= LARGE_K else DEFAULT_NNZ
+    windows = -(-out_features // (WINDOW * most))
+    return min(out_features // WINDOW, -(-out_features // (WINDOW * windows)))
 
 
 def gf16_multiply(a: int, b: int) -> int:
@@ -122,14 +123,34 @@ def gf16_multiply(a: int, b: int) -> int:
 
 
 def is_windowed(out_features: int, nnz: int) -> bool:
-    """Whether S uses the windowed layout: out_features is a multiple of 16 * nnz. Otherwise the
-    classic block layout applies (see docs/spec.md)."""
-    return out_features % (WINDOW * nnz) == 0
+    """Whether S uses the windowed layout: every block holds at least 16 rows, 16 * nnz <= k.
+    Otherwise the classic block layout applies (see docs/spec.md)."""
+    return WINDOW * nnz <= out_features
 
 
 def windows_per_block(out_features: int, nnz: int) -> int:
-    """A, the number of 16-row windows in each of the nnz blocks of the windowed layout."""
-    return out_features // (WINDOW * nnz)
+    """A = ceil(W / nnz), W = ceil(k / 16): the 16-row windows of the largest block of the windowed
+    layout, and the padded windows every block draws from (docs/spec.md 2b)."""
+    windows = -(-out_features // WINDOW)
+    return -(-windows // nnz)
+
+
+def windowed_block_rows(t, out_features: int, nnz: int):
+    """(first row, rows) of block t of the windowed layout (ints, or integer tensors of them):
+    windows [floor(t W / nnz), floor((t + 1) W / nnz)) of the W = ceil(k / 16) windows of 16 rows,
+    the last window cut at row k."""
+    windows = -(-out_features // WINDOW)
+    start = WINDOW * ((t * windows) // nnz)
+    end = WINDOW * (((t + 1) * windows) // nnz)
+    end = min(end, out_features) if isinstance(end, int) else end.clamp_max(out_features)
+    return start, end - start
+
+
+def max_fold(out_features: int, nnz: int) -> int:
+    """The most padded rows that fold within one block of the windowed layout: 16 A - (its fewest
+    rows). 0 on the lattice k = 16 A nnz, at most 16."""
+    padded = WINDOW * windows_per_block(out_features, nnz)
+    return max(padded - windowed_block_rows(t, out_features, nnz)[1] for t in range(nnz))
 
 
 def band_count(nnz: int) -> int:
@@ -142,13 +163,16 @@ def sparse_jl_same_since(out_features: int, nnz: int) -> tuple[int, ...]:
     """The spec versions whose SJLT matrix for this (out_features, nnz), at a given seed, is the
     current one: saved modules and outputs of other versions must refuse to load. v3 redrew the
     windowed masks; v4 changed only the default nnz, which saves record; v5 gave each band of 8
-    blocks its own rotation, which changes windowed matrices with nnz > 8 only. Malformed values
-    trust the current version alone."""
+    blocks its own rotation, which changes windowed matrices with nnz > 8 only; v6 made every
+    (k, nnz) with 16 nnz <= k windowed, which changes those off the lattice k = 16 A nnz (classic
+    before). Malformed values trust the current version alone."""
     if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in (out_features, nnz)):
         return (SPEC_VERSION,)
+    if is_windowed(out_features, nnz) and out_features % (WINDOW * nnz):
+        return (6,)
     if is_windowed(out_features, nnz) and nnz > BAND:
-        return (5,)
-    return (3, 4, 5)
+        return (5, 6)
+    return (3, 4, 5, 6)
 
 
 def resolve_nnz(nnz, out_features: int) -> int:

@@ -57,6 +57,7 @@ def _transpose_variants(dtype, out_type, common, const, add_partial, paired, tra
                 "band": I32,
                 "out_col0": I64,
                 "partial_col0": I64,
+                "out_features": I32,
                 "stride_ym": I64,
                 "stride_yk": I32,
                 "stride_om": I64,
@@ -164,6 +165,7 @@ def _variants():
                 "DOT_DTYPE": dot,
                 "BLOCK_M": block_m,
                 "WIDTH": windowed._width(nnz),
+                "FOLDS": nnz in (24, 16, 3),  # both branches compile, each in some variants
             }
             common = {
                 "words_ptr": "*i32",
@@ -182,7 +184,10 @@ def _variants():
             forward_signature = {
                 "x_ptr": f"*{dtype}",
                 "out_ptr": f"*{dtype}",
+                "spill_ptr": "*fp32",
                 **common,
+                "out_features": I32,
+                "fold": I32,
                 "groups": I32,
                 "stride_xm": I64,
                 "stride_xd": I32,
@@ -221,7 +226,7 @@ def _variants():
                 yield (
                     "sparse_jl_windowed_shuffle_forward_kernel",
                     forward_signature,
-                    {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "BLOCK_M")}
+                    {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "FOLDS", "BLOCK_M")}
                     | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const},
                 )
             # The transpose: one launch for one band, or for two (PAIRED) where runs are long; else
@@ -313,6 +318,7 @@ def _gluon_variants():
                     "words_ptr": "*i32",
                     "rotations_ptr": "*i32",
                     "out_ptr": f"*{dtype}",
+                    "spill_ptr": "*fp32",
                     "n": I32,
                     "d": I64,
                     "column_offset": I64,
@@ -321,6 +327,8 @@ def _gluon_variants():
                     "groups_per_split": I32,
                     "windows": I32,
                     "scale": "fp32",
+                    "out_features": I32,
+                    "fold": I32,
                     "stride_xm": I64,
                     "stride_om": I64,
                     "stride_ok": I32,
@@ -330,6 +338,7 @@ def _gluon_variants():
                     "NNZ": nnz,
                     "BLOCKS": windowed._band_blocks(nnz),
                     "BANDS": spec.band_count(nnz),
+                    "FOLDS": nnz in (16, 3),
                     "BLOCK_N": block_n,
                     "WIDTH": max(windowed._width(nnz), windowed._GLUON_MIN_WIDTH),
                     "GROUPS": groups,

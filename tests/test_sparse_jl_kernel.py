@@ -127,6 +127,48 @@ def test_windowed_bands_match_reference(kernel_device, rng, k, nnz, splits, pair
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+# (k, nnz) off the lattice k = 16 A nnz: each block's padded rows fold onto its first ones
+# (docs/spec.md 2b). One block of 17 rows (A = 2), a whole window folded (100, 6), a few rows,
+# a short last band (777, 12; 2100, 15) and two bands (4000, 16).
+OFF_LATTICE = [(17, 1), (100, 6), (130, 5), (200, 7), (1000, 8), (777, 12), (2100, 15), (4000, 16)]
+# (forward tiling, transpose tiling) by name: the fold through every forward kernel's store
+# (tile, pipelined, CUDA-core; splits summed by the fold kernel) and the transposes' y loads.
+OFF_LATTICE_TILINGS = {
+    "default": (Tiling(), Tiling()),
+    "splits": (Tiling(splits=3), Tiling(splits=3, paired=False)),
+    "pipelined": (Tiling(splits=2, steps=(4, 1), pipelined=True), Tiling(splits=2, paired=True, pipelined=True)),
+    "shuffle": (Tiling(splits=2, shuffle=True, blocks=(16,)), Tiling(steps=(1, False))),
+}
+
+
+@pytest.mark.parametrize(
+    *grid(
+        {"k,nnz": OFF_LATTICE, "dtype": [F32, BF16], "tiling": list(OFF_LATTICE_TILINGS)},
+        fast=[
+            {"dtype": F32, "tiling": "default"},
+            {"k,nnz": (1000, 8)},
+            {"k,nnz": (4000, 16), "tiling": "pipelined"},
+            {"k,nnz": (2100, 15), "dtype": F32, "tiling": "splits"},
+        ],
+    )
+)
+def test_off_lattice_k_matches_reference(kernel_device, rng, k, nnz, dtype, tiling):
+    assert spec.is_windowed(k, nnz) and spec.max_fold(k, nnz) > 0
+    forward_tiling, transpose_tiling = OFF_LATTICE_TILINGS[tiling]
+    if spec.band_count(nnz) != 2 and transpose_tiling.paired:
+        transpose_tiling = transpose_tiling._replace(paired=None)
+    n, d, offset, seed = 21, 1203, 2**33 + 9, 2**62 + 7
+    x = torch.randn(n, d, generator=rng).to(dtype)
+    want = reference.sparse_jl_forward(x.double(), k, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, forward_tiling)
+    assert got.dtype == dtype and got.shape == (n, k)
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+    y = torch.randn(n, k, generator=rng).to(dtype)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset, transpose_tiling)
+    assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
+
+
 # groups: the transpose's tile as z's right operand (1), then as z^T's left (4)
 @pytest.mark.parametrize(
     *grid(

@@ -9,7 +9,7 @@ from sjlt import reference, spec
 
 
 def test_spec_version_is_exposed():
-    assert sjlt.SPEC_VERSION == spec.SPEC_VERSION == 5
+    assert sjlt.SPEC_VERSION == spec.SPEC_VERSION == 6
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1, np.uint64(7), np.int64(3)])
@@ -43,7 +43,7 @@ def test_sparse_jl_and_dropout_use_disjoint_counter_domains():
 def test_streams_stay_independent_under_the_same_seed():
     """Word 0 of counter (g, 0, 0, domain) differs between the four domains (classic SJLT, dropout,
     windowed chunk words, window rotations) and is uncorrelated across them."""
-    seed, k = 42, 2**20 - 1  # k is odd, so the classic layout applies
+    seed, k = 42, 15  # k < 16: the classic layout applies
     rows, _ = reference.sparse_jl_hash(4096, k, seed=seed, nnz=1)
     g = torch.arange(4096, dtype=torch.int64)
     words = {
@@ -86,28 +86,52 @@ def test_default_nnz_is_capped_by_out_features():
 
 
 @pytest.mark.parametrize(
-    "k,nnz,windowed",
+    "k,nnz,lattice",
     [
         (16, 1, True),
+        (17, 1, False),  # one block, A = 2
         (48, 3, True),
         (64, 4, True),
-        (100, 8, False),
+        (100, 6, False),  # five blocks of one window and one of 20 rows, A = 2
         (128, 8, True),
-        (200, 8, False),
+        (129, 5, False),  # A = 2 as at nnz 8, then the fewest blocks that cover k
+        (200, 7, False),
+        (1000, 8, False),
         (1792, 8, True),
         (2048, 16, True),
-        (2176, 8, True),
-        (2304, 16, True),
+        (2100, 15, False),
+        (2176, 16, False),
         (4096, 16, True),
+        (5000, 16, False),
+        (8000, 16, False),
         (8192, 16, True),
-        (4224, 8, True),
-        (5000, 8, False),
-        (7, 7, False),
     ],
 )
-def test_default_nnz_picks_the_windowed_layout_where_it_applies(k, nnz, windowed):
+def test_default_nnz_takes_the_windowed_layout_from_k_16(k, nnz, lattice):
+    """The rule (docs/spec.md 2b): 8 nonzeros (16 from 2048), trimmed to the fewest blocks of the
+    same windows that cover k and to k / 16; every k >= 16 is windowed, and off the lattice its
+    blocks are whole windows from aligned rows, the last cut at k."""
     assert spec.default_nnz(k) == nnz
-    assert spec.is_windowed(k, nnz) == windowed
+    assert spec.is_windowed(k, nnz)
+    assert (spec.max_fold(k, nnz) == 0) == lattice
+    blocks = [spec.windowed_block_rows(t, k, nnz) for t in range(nnz)]
+    assert [start for start, _ in blocks] == [0] + [start + size for start, size in blocks[:-1]]
+    assert blocks[-1][0] + blocks[-1][1] == k
+    windows = spec.windows_per_block(k, nnz)
+    assert all(start % 16 == 0 and 16 <= size <= 16 * windows for start, size in blocks)
+    assert all(size % 16 == 0 for _, size in blocks[:-1])
+
+
+def test_default_nnz_is_windowed_with_blocks_of_16_rows_for_every_k():
+    for k in [*range(16, 20000), 2**20 + 7]:
+        nnz = spec.default_nnz(k)
+        assert 1 <= nnz <= (16 if k >= 2048 else 8) and spec.WINDOW * nnz <= k, k
+        assert 0 <= spec.max_fold(k, nnz) <= spec.WINDOW, k
+
+
+@pytest.mark.parametrize("k,nnz", [(7, 7), (15, 8), (100, 7), (200, 13), (40, 4)])
+def test_the_classic_layout_serves_blocks_under_16_rows(k, nnz):
+    assert not spec.is_windowed(k, nnz)
 
 
 def test_seed_from_key_inverts_philox_key():

@@ -149,6 +149,19 @@ def test_sparse_jl_state_with_two_bands_from_before_v5_refuses_to_load(version):
         sjlt.SparseJL(1024, 4096, seed=1).load_state_dict(state)
 
 
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_sparse_jl_state_off_the_lattice_from_before_v6_refuses_to_load(version):
+    """v6 made every (k, nnz) with 16 nnz <= k windowed: k = 1000 at nnz 8 was classic before, so
+    its saved state refuses; (100, 13), still classic, loads."""
+    state = sjlt.SparseJL(64, 1000, seed=1, nnz=8).state_dict()
+    state["_extra_state"]["spec_version"] = version
+    with pytest.raises(RuntimeError, match=f"spec version {version}.*Re-create the module"):
+        sjlt.SparseJL(64, 1000, seed=1, nnz=8).load_state_dict(state)
+    state = sjlt.SparseJL(64, 100, seed=1, nnz=13).state_dict()
+    state["_extra_state"]["spec_version"] = version
+    sjlt.SparseJL(64, 100, seed=1, nnz=13).load_state_dict(state)
+
+
 def test_sparse_jl_state_of_spec_v3_keeps_its_recorded_nnz():
     """v4 changed only the default nnz from k = 2048 on (8 -> 16): a v3 state names its nnz, so it
     loads and keeps the v3 matrix."""

@@ -1,4 +1,5 @@
-"""Launchers of the windowed layout's kernels (k = 16 * A * nnz, docs/spec.md 2b) and its per-call tables."""
+"""Launchers of the windowed layout's kernels (k' = 16 * A * nnz padded rows folded onto k, docs/spec.md
+2b) and its per-call tables."""
 
 from __future__ import annotations
 
@@ -89,6 +90,41 @@ def shift_order(tables: WindowTables) -> tuple[torch.Tensor, torch.Tensor]:
 def _band_blocks(nnz: int) -> int:
     """Blocks per program: a program owns one band (spec v5, docs/spec.md 2b)."""
     return min(nnz, spec.BAND)
+
+
+def _fold(out_features: int, nnz: int) -> int:
+    """The most padded rows that fold within one block (0 on the lattice k = 16 A nnz)."""
+    return spec.max_fold(out_features, nnz)
+
+
+def _spill(n: int, splits: int, nnz: int, fold: int, like: torch.Tensor) -> torch.Tensor:
+    """The forward kernels' float32 spill of (splits, n, nnz, 2, fold): each block's first rows and
+    the padded rows that fold onto them, which the kernels store apart so that each output is
+    rounded once (:func:`_add_fold`). Without a fold, ``like`` stands in for the unread pointer."""
+    return _buffers.empty((splits, n, nnz, 2, fold), torch.float32, like.device) if fold else like
+
+
+def _add_fold(y: torch.Tensor, spill: torch.Tensor, out_features: int, nnz: int, fold: int) -> torch.Tensor:
+    """y with each block's folded rows set from the spill (``fold_spill_kernel``)."""
+    if fold:
+        from ..kernels.sparse_jl_windowed import fold_spill_kernel
+
+        n = y.shape[0]
+        block = 1024
+        fold_spill_kernel[(math.ceil(n * nnz * fold / block),)](
+            spill,
+            y,
+            n,
+            out_features,
+            spec.windows_per_block(out_features, nnz),
+            fold,
+            spill.shape[0],
+            y.stride(0),
+            y.stride(1),
+            NNZ=nnz,
+            BLOCK=block,
+        )
+    return y
 
 
 def _width(nnz: int) -> int:
@@ -282,11 +318,14 @@ def _forward_gluon(
             f"Tiling(gluon=True) runs whole warpgroups over 32-row multiples: num_warps={warps} with {block_n} rows"
         )
     out, stride_split = forward_output(n, out_features, splits, x)
+    fold = _fold(out_features, nnz)
+    spill = _spill(n, splits, nnz, fold, out)
     sparse_jl_windowed_gluon_forward_kernel[(tiles, splits)](
         x,
         tables.words,
         tables.rotations,
         out,
+        spill,
         n,
         d,
         column_offset,
@@ -295,6 +334,8 @@ def _forward_gluon(
         per_split,
         tables.windows,
         1.0 / math.sqrt(nnz),
+        out_features,
+        fold,
         x.stride(0),
         out.stride(-2),
         out.stride(-1),
@@ -302,6 +343,7 @@ def _forward_gluon(
         NNZ=nnz,
         BLOCKS=_band_blocks(nnz),
         BANDS=bands,
+        FOLDS=fold > 0,
         BLOCK_N=block_n,
         WIDTH=max(width, _GLUON_MIN_WIDTH),
         GROUPS=groups_per_step,
@@ -309,7 +351,7 @@ def _forward_gluon(
         WARPS=warps,
         num_warps=warps,
     )
-    return sum_splits(out, splits, x.dtype)
+    return _add_fold(sum_splits(out, splits, x.dtype), spill, out_features, nnz, fold)
 
 
 #: The wgmma's M: a warpgroup's accumulator has at least 64 rows (padding columns are not stored).
@@ -382,13 +424,16 @@ def forward(
     )
     if _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon:
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
+    fold = _fold(out_features, nnz)
     if _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle:
         out, stride_split = forward_output(n, out_features, splits, x)
+        spill = _spill(n, splits, nnz, fold, out)
         sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
             x,
             tables.words,
             tables.rotations,
             out,
+            spill,
             n,
             d,
             column_offset,
@@ -397,6 +442,8 @@ def forward(
             per_split,
             tables.windows,
             1.0 / math.sqrt(nnz),
+            out_features,
+            fold,
             x.stride(0),
             x.stride(1),
             out.stride(-2),
@@ -405,17 +452,19 @@ def forward(
             NNZ=nnz,
             BLOCKS=_band_blocks(nnz),
             BANDS=bands,
+            FOLDS=fold > 0,
             BLOCK_M=block_m,
             num_warps=tiling.num_warps or _shuffle_warps(n, tables.windows),
             num_stages=1,
         )
-        return sum_splits(out, splits, x.dtype)
+        return _add_fold(sum_splits(out, splits, x.dtype), spill, out_features, nnz, fold)
     groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
     if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
         block_m, width, tiles, splits, per_split = _grid(
             x, nnz, tables.groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands
         )
     out, stride_split = forward_output(n, out_features, splits, x)
+    spill = _spill(n, splits, nnz, fold, out)
     groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
     pipelined = (pipelined and unroll == 1) if tiling.pipelined is None else tiling.pipelined
     if pipelined and unroll != 1:
@@ -425,6 +474,7 @@ def forward(
         tables.words,
         tables.rotations,
         out,
+        spill,
         n,
         d,
         column_offset,
@@ -433,6 +483,8 @@ def forward(
         per_split,
         tables.windows,
         1.0 / math.sqrt(nnz),
+        out_features,
+        fold,
         x.stride(0),
         x.stride(1),
         out.stride(-2),
@@ -441,6 +493,7 @@ def forward(
         NNZ=nnz,
         BLOCKS=_band_blocks(nnz),
         BANDS=bands,
+        FOLDS=fold > 0,
         FP32_PASSES=fp32_passes,
         DOT_DTYPE=dot_type,
         BLOCK_M=block_m,
@@ -452,7 +505,7 @@ def forward(
         num_warps=tiling.num_warps or _num_warps(block_m),
         num_stages=tiling.num_stages or stages,
     )
-    return sum_splits(out, splits, x.dtype)
+    return _add_fold(sum_splits(out, splits, x.dtype), spill, out_features, nnz, fold)
 
 
 def transpose(
@@ -592,6 +645,7 @@ def _transpose_band(
         out_col0,
         partial_col0,
         1.0 / math.sqrt(nnz),
+        y.shape[1],
         y.stride(0),
         y.stride(1),
         out.stride(0),
@@ -601,6 +655,7 @@ def _transpose_band(
         NNZ=nnz,
         BLOCKS=_band_blocks(nnz),
         BANDS=spec.band_count(nnz),
+        FOLDS=_fold(y.shape[1], nnz) > 0,
         FP32_PASSES=fp32_passes,
         DOT_DTYPE=dot_type,
         BLOCK_M=block_m,
