@@ -164,21 +164,35 @@ def _window_columns(offs_q, window, windows, band, BLOCKS: tl.constexpr):
 
 
 @triton.jit
-def _folded_rows(offs_q, window, windows, band, out_features, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
-    """For accumulator column q = 16t + v of a program off the lattice (docs/spec.md 2b): block
-    t' = band * BLOCKS + t, the padded row u = 16 a + v in [0, 16 A) of that block, the block's
-    size, and the output column of u where u < size. Blocks are whole windows from 16 floor(t' W /
-    nnz) (W = ceil(k / 16)); one of A - 1 windows folds its padded window A - 1 onto its window 0,
-    and the last block's last window is cut at k, its rows beyond folding onto its first ones. The
-    column is 16 * (a window index) + v, so the compiler sees 16 contiguous, aligned columns."""
+def _folded_rows(
+    offs_q, window, windows, band, out_features, NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr
+):
+    """For accumulator column q = 16t + v of a program off the lattice (docs/spec.md 2b), with
+    block t' = band * BLOCKS + t and padded row u = 16 a + v in [0, 16 A) of that block: the output
+    column of u where u < size, whether u is a row that padded rows fold onto (``first``), whether
+    it folds (``beyond``: u >= size), the folded row's offset in the block (u or u - size) and the
+    block's first row.
+
+    Blocks are whole windows from 16 floor(t' W / nnz) (W = ceil(k / 16)); one of A - 1 windows
+    folds its padded window A - 1 onto its window 0, and the last block's last window is cut at k,
+    its rows beyond folding onto its first ones. The column is 16 * (a window index) + v, and except
+    in the two programs of the last band that meet the cut (windows 0 and A - 1, k not a multiple of
+    16) the flags are per window, so the compiler sees whole aligned windows in masks and addresses."""
     block = band * BLOCKS + offs_q // WINDOW
     padded = window * WINDOW + offs_q % WINDOW
     total = (out_features + WINDOW - 1) // WINDOW
     first_window = (block * total) // NNZ
     block_windows = ((block + 1) * total) // NNZ - first_window
-    size = tl.minimum(WINDOW * (first_window + block_windows), out_features) - WINDOW * first_window
-    column = WINDOW * (first_window + tl.where(window < block_windows, window, 0)) + offs_q % WINDOW
-    return padded, size, first_window, column
+    start = first_window * WINDOW  # tensors on the left: constexpr * tensor stays a constexpr
+    size = tl.minimum((first_window + block_windows) * WINDOW, out_features) - start
+    column = (first_window + tl.where(window < block_windows, window, 0)) * WINDOW + offs_q % WINDOW
+    if (out_features % WINDOW != 0) & (band == BANDS - 1) & ((window == 0) | (window == windows - 1)):
+        first = padded < windows * WINDOW - size
+        beyond = padded >= size
+    else:
+        first = (padded < WINDOW) & (block_windows < windows) & (block < NNZ)  # window 0
+        beyond = (window >= block_windows) & (block < NNZ)
+    return column, first, beyond, tl.where(beyond, padded - size, padded), start
 
 
 @triton.jit
@@ -646,6 +660,7 @@ def _store_window(
     stride_split,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
 ):
     """scale * acc into window a of this split's output, acc's column q = 16t + u being row u of the
@@ -657,17 +672,18 @@ def _store_window(
     mask = mask_m[:, None] & exists[None, :]
     values = acc * scale
     if FOLDS:
-        padded, size, _, columns = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS)
-        first = padded < WINDOW * windows - size  # the rows that padded rows fold onto
-        spilled = first | (padded >= size)
-        block = band * BLOCKS + offs_q // WINDOW
-        spill_columns = (block * 2 + tl.where(first, 0, 1)) * fold + tl.where(first, padded, padded - size)
-        tl.store(
-            spill_ptr + ((pid_s.to(tl.int64) * n + offs_m[:, None]) * NNZ) * (2 * fold) + spill_columns[None, :],
-            values,
-            mask=mask & spilled[None, :],
+        columns, first, beyond, offset, _ = _folded_rows(
+            offs_q, window, windows, band, out_features, NNZ, BLOCKS, BANDS
         )
-        mask = mask & ~spilled[None, :]
+        if (window == 0) | (window == windows - 1):  # only these windows hold spilled rows
+            block = band * BLOCKS + offs_q // WINDOW
+            spill_columns = (block * 2 + tl.where(first, 0, 1)) * fold + offset
+            tl.store(
+                spill_ptr + ((pid_s.to(tl.int64) * n + offs_m[:, None]) * NNZ) * (2 * fold) + spill_columns[None, :],
+                values,
+                mask=mask & (first | beyond)[None, :],
+            )
+        mask = mask & ~(first | beyond)[None, :]
     else:
         columns = _window_columns(offs_q, window, windows, band, BLOCKS)
     tl.store(
@@ -807,6 +823,7 @@ def sparse_jl_windowed_forward_kernel(
         stride_split,
         NNZ,
         BLOCKS,
+        BANDS,
         FOLDS,
     )
 
@@ -925,6 +942,7 @@ def _store_block(
     stride_split,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
 ):
     """Window a of block band * BLOCKS + t of this split's output, if the block exists."""
@@ -949,6 +967,7 @@ def _store_block(
             stride_split,
             NNZ,
             BLOCKS,
+            BANDS,
             FOLDS,
         )
 
@@ -1059,14 +1078,14 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     # eight accumulators and stores, one per block: Triton has no arrays of tensors
     tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features, fold)
     tile = tile + (stride_om, stride_ok, stride_split)
-    _store_block(out_ptr, spill_ptr, a0, 0, *tile, NNZ, BLOCKS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a1, 1, *tile, NNZ, BLOCKS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a2, 2, *tile, NNZ, BLOCKS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a3, 3, *tile, NNZ, BLOCKS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a4, 4, *tile, NNZ, BLOCKS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a5, 5, *tile, NNZ, BLOCKS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a6, 6, *tile, NNZ, BLOCKS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a7, 7, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a0, 0, *tile, NNZ, BLOCKS, BANDS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a1, 1, *tile, NNZ, BLOCKS, BANDS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a2, 2, *tile, NNZ, BLOCKS, BANDS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a3, 3, *tile, NNZ, BLOCKS, BANDS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a4, 4, *tile, NNZ, BLOCKS, BANDS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a5, 5, *tile, NNZ, BLOCKS, BANDS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a6, 6, *tile, NNZ, BLOCKS, BANDS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a7, 7, *tile, NNZ, BLOCKS, BANDS, FOLDS)
 
 
 @triton.jit
@@ -1103,6 +1122,7 @@ def _band_operand(
     out_features,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
@@ -1114,16 +1134,18 @@ def _band_operand(
     _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
     mask = mask_m[:, None] & block_exists[None, :]
     if FOLDS:
-        padded, size, first_window, columns = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS)
-        # aligned whole windows in one load, the last block's rows cut at k in another
-        cut = padded >= size
+        columns, _, beyond, offset, block_start = _folded_rows(
+            offs_q, window, windows, band, out_features, NNZ, BLOCKS, BANDS
+        )
         y = tl.load(
-            y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask & ~cut[None, :], other=0.0
+            y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask & ~beyond[None, :], other=0.0
         )
-        cut_columns = WINDOW * first_window + padded - size
-        y += tl.load(
-            y_ptr + offs_m[:, None] * stride_ym + cut_columns[None, :] * stride_yk, mask=mask & cut[None, :], other=0.0
-        )
+        if window == windows - 1:  # the padded window: whole windows folded, or the last block's cut
+            y += tl.load(
+                y_ptr + offs_m[:, None] * stride_ym + (block_start + offset)[None, :] * stride_yk,
+                mask=mask & beyond[None, :],
+                other=0.0,
+            )
     else:
         columns = _window_columns(offs_q, window, windows, band, BLOCKS)
         y = tl.load(y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask, other=0.0)
@@ -1462,6 +1484,7 @@ def sparse_jl_windowed_transpose_kernel(
             out_features,
             NNZ,
             BLOCKS,
+            BANDS,
             FOLDS,
             FP32_PASSES,
             DOT_DTYPE,
@@ -1484,6 +1507,7 @@ def sparse_jl_windowed_transpose_kernel(
                     out_features,
                     NNZ,
                     BLOCKS,
+                    BANDS,
                     FOLDS,
                     FP32_PASSES,
                     DOT_DTYPE,
@@ -1546,6 +1570,7 @@ def sparse_jl_windowed_transpose_kernel(
             out_features,
             NNZ,
             BLOCKS,
+            BANDS,
             FOLDS,
             FP32_PASSES,
             DOT_DTYPE,

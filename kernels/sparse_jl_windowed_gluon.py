@@ -276,17 +276,16 @@ def sparse_jl_windowed_gluon_forward_kernel(
     _, exists = _band_blocks(q_out, band, NNZ, BLOCKS)
     mask = exists[:, None] & (rows < n)[None, :]
     if FOLDS:  # first and padded rows of each block to the float32 spill, as the Triton forward
-        padded, size, _, cols = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS)
-        first = padded < WINDOW * windows - size
-        spilled = first | (padded >= size)
-        block = band * BLOCKS + q_out // WINDOW
-        spill_cols = (block * 2 + gl.where(first, 0, 1)) * fold + gl.where(first, padded, padded - size)
-        gl.store(
-            spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * fold) + spill_cols[:, None],
-            out,
-            mask=mask & spilled[:, None],
-        )
-        mask = mask & ~spilled[:, None]
+        cols, first, beyond, offset, _ = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS, BANDS)
+        if (window == 0) | (window == windows - 1):
+            block = band * BLOCKS + q_out // WINDOW
+            spill_cols = (block * 2 + gl.where(first, 0, 1)) * fold + offset
+            gl.store(
+                spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * fold) + spill_cols[:, None],
+                out,
+                mask=mask & (first | beyond)[:, None],
+            )
+        mask = mask & ~(first | beyond)[:, None]
     else:
         cols = _window_columns(q_out, window, windows, band, BLOCKS)
     gl.store(
