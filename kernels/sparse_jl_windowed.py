@@ -164,8 +164,15 @@ def _window_columns(offs_q, window, windows, band, BLOCKS: tl.constexpr):
 
 
 @triton.jit
+def _cut_program(window, windows, band, out_features, BANDS: tl.constexpr):
+    """Whether this program meets the last block's window cut at k (k not a multiple of 16): the
+    last band's windows 0 and A - 1, whose fold flags are per row (``_folded_rows``)."""
+    return (out_features % WINDOW != 0) & (band == BANDS - 1) & ((window == 0) | (window == windows - 1))
+
+
+@triton.jit
 def _folded_rows(
-    offs_q, window, windows, band, out_features, NNZ: tl.constexpr, BLOCKS: tl.constexpr, BANDS: tl.constexpr
+    offs_q, window, windows, band, out_features, NNZ: tl.constexpr, BLOCKS: tl.constexpr, PER_ROW: tl.constexpr
 ):
     """For accumulator column q = 16t + v of a program off the lattice (docs/spec.md 2b), with
     block t' = band * BLOCKS + t and padded row u = 16 a + v in [0, 16 A) of that block: the output
@@ -175,9 +182,10 @@ def _folded_rows(
 
     Blocks are whole windows from 16 floor(t' W / nnz) (W = ceil(k / 16)); one of A - 1 windows
     folds its padded window A - 1 onto its window 0, and the last block's last window is cut at k,
-    its rows beyond folding onto its first ones. The column is 16 * (a window index) + v, and except
-    in the two programs of the last band that meet the cut (windows 0 and A - 1, k not a multiple of
-    16) the flags are per window, so the compiler sees whole aligned windows in masks and addresses."""
+    its rows beyond folding onto its first ones. The column is 16 * (a window index) + v, and the
+    flags are per window unless PER_ROW (a ``_cut_program``), so that the compiler sees whole
+    aligned windows in masks and addresses; callers branch on PER_ROW around their loads and
+    stores, since values merged after a branch lose that alignment."""
     block = band * BLOCKS + offs_q // WINDOW
     padded = window * WINDOW + offs_q % WINDOW
     total = (out_features + WINDOW - 1) // WINDOW
@@ -186,7 +194,7 @@ def _folded_rows(
     start = first_window * WINDOW  # tensors on the left: constexpr * tensor stays a constexpr
     size = tl.minimum((first_window + block_windows) * WINDOW, out_features) - start
     column = (first_window + tl.where(window < block_windows, window, 0)) * WINDOW + offs_q % WINDOW
-    if (out_features % WINDOW != 0) & (band == BANDS - 1) & ((window == 0) | (window == windows - 1)):
+    if PER_ROW:
         first = padded < windows * WINDOW - size
         beyond = padded >= size
     else:
@@ -672,24 +680,96 @@ def _store_window(
     mask = mask_m[:, None] & exists[None, :]
     values = acc * scale
     if FOLDS:
-        columns, first, beyond, offset, _ = _folded_rows(
-            offs_q, window, windows, band, out_features, NNZ, BLOCKS, BANDS
-        )
-        if (window == 0) | (window == windows - 1):  # only these windows hold spilled rows
-            block = band * BLOCKS + offs_q // WINDOW
-            spill_columns = (block * 2 + tl.where(first, 0, 1)) * fold + offset
-            tl.store(
-                spill_ptr + ((pid_s.to(tl.int64) * n + offs_m[:, None]) * NNZ) * (2 * fold) + spill_columns[None, :],
+        if _cut_program(window, windows, band, out_features, BANDS):
+            _store_folded(
+                out_ptr,
+                spill_ptr,
                 values,
-                mask=mask & (first | beyond)[None, :],
+                offs_q,
+                pid_s,
+                offs_m,
+                mask,
+                window,
+                windows,
+                band,
+                n,
+                out_features,
+                fold,
+                stride_om,
+                stride_ok,
+                stride_split,
+                NNZ,
+                BLOCKS,
+                True,
             )
-        mask = mask & ~(first | beyond)[None, :]
+        else:
+            _store_folded(
+                out_ptr,
+                spill_ptr,
+                values,
+                offs_q,
+                pid_s,
+                offs_m,
+                mask,
+                window,
+                windows,
+                band,
+                n,
+                out_features,
+                fold,
+                stride_om,
+                stride_ok,
+                stride_split,
+                NNZ,
+                BLOCKS,
+                False,
+            )
     else:
         columns = _window_columns(offs_q, window, windows, band, BLOCKS)
+        tl.store(
+            out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + columns[None, :] * stride_ok,
+            values.to(out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+
+
+@triton.jit
+def _store_folded(
+    out_ptr,
+    spill_ptr,
+    values,
+    offs_q,
+    pid_s,
+    offs_m,
+    mask,
+    window,
+    windows,
+    band,
+    n,
+    out_features,
+    fold,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    PER_ROW: tl.constexpr,
+):
+    """``_store_window`` off the lattice: rows that fold and rows folded onto to the spill, the
+    rest to the output."""
+    columns, first, beyond, offset, _ = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
+    if (window == 0) | (window == windows - 1):  # only these windows hold spilled rows
+        block = band * BLOCKS + offs_q // WINDOW
+        spill_columns = (block * 2 + tl.where(first, 0, 1)) * fold + offset
+        tl.store(
+            spill_ptr + ((pid_s.to(tl.int64) * n + offs_m[:, None]) * NNZ) * (2 * fold) + spill_columns[None, :],
+            values,
+            mask=mask & (first | beyond)[None, :],
+        )
     tl.store(
         out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + columns[None, :] * stride_ok,
         values.to(out_ptr.dtype.element_ty),
-        mask=mask,
+        mask=mask & ~(first | beyond)[None, :],
     )
 
 
@@ -1109,6 +1189,37 @@ def _split_operand(y, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, TILE_L
 
 
 @triton.jit
+def _load_folded(
+    y_ptr,
+    offs_m,
+    mask,
+    offs_q,
+    window,
+    windows,
+    band,
+    out_features,
+    stride_ym,
+    stride_yk,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    PER_ROW: tl.constexpr,
+):
+    """y's columns of ``window`` off the lattice: aligned whole windows in one load, the rows that
+    fold (window A - 1 only) in another."""
+    columns, _, beyond, offset, start = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
+    y = tl.load(
+        y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask & ~beyond[None, :], other=0.0
+    )
+    if window == windows - 1:
+        y += tl.load(
+            y_ptr + offs_m[:, None] * stride_ym + (start + offset)[None, :] * stride_yk,
+            mask=mask & beyond[None, :],
+            other=0.0,
+        )
+    return y
+
+
+@triton.jit
 def _band_operand(
     y_ptr,
     offs_m,
@@ -1134,17 +1245,37 @@ def _band_operand(
     _, block_exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
     mask = mask_m[:, None] & block_exists[None, :]
     if FOLDS:
-        columns, _, beyond, offset, block_start = _folded_rows(
-            offs_q, window, windows, band, out_features, NNZ, BLOCKS, BANDS
-        )
-        y = tl.load(
-            y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask & ~beyond[None, :], other=0.0
-        )
-        if window == windows - 1:  # the padded window: whole windows folded, or the last block's cut
-            y += tl.load(
-                y_ptr + offs_m[:, None] * stride_ym + (block_start + offset)[None, :] * stride_yk,
-                mask=mask & beyond[None, :],
-                other=0.0,
+        if _cut_program(window, windows, band, out_features, BANDS):
+            y = _load_folded(
+                y_ptr,
+                offs_m,
+                mask,
+                offs_q,
+                window,
+                windows,
+                band,
+                out_features,
+                stride_ym,
+                stride_yk,
+                NNZ,
+                BLOCKS,
+                True,
+            )
+        else:
+            y = _load_folded(
+                y_ptr,
+                offs_m,
+                mask,
+                offs_q,
+                window,
+                windows,
+                band,
+                out_features,
+                stride_ym,
+                stride_yk,
+                NNZ,
+                BLOCKS,
+                False,
             )
     else:
         columns = _window_columns(offs_q, window, windows, band, BLOCKS)

@@ -29,6 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .sparse_jl_windowed import (
     WINDOW,
     _band_blocks,
+    _cut_program,
     _folded_rows,
     _signed_permutation,
     _stacked_columns,
@@ -276,20 +277,94 @@ def sparse_jl_windowed_gluon_forward_kernel(
     _, exists = _band_blocks(q_out, band, NNZ, BLOCKS)
     mask = exists[:, None] & (rows < n)[None, :]
     if FOLDS:  # first and padded rows of each block to the float32 spill, as the Triton forward
-        cols, first, beyond, offset, _ = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS, BANDS)
-        if (window == 0) | (window == windows - 1):
-            block = band * BLOCKS + q_out // WINDOW
-            spill_cols = (block * 2 + gl.where(first, 0, 1)) * fold + offset
-            gl.store(
-                spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * fold) + spill_cols[:, None],
+        if _cut_program(window, windows, band, out_features, BANDS):
+            _store_folded(
+                out_ptr,
+                spill_ptr,
                 out,
-                mask=mask & (first | beyond)[:, None],
+                q_out,
+                pid_s,
+                rows,
+                n,
+                mask,
+                window,
+                windows,
+                band,
+                out_features,
+                fold,
+                stride_om,
+                stride_ok,
+                stride_split,
+                NNZ,
+                BLOCKS,
+                True,
             )
-        mask = mask & ~(first | beyond)[:, None]
+        else:
+            _store_folded(
+                out_ptr,
+                spill_ptr,
+                out,
+                q_out,
+                pid_s,
+                rows,
+                n,
+                mask,
+                window,
+                windows,
+                band,
+                out_features,
+                fold,
+                stride_om,
+                stride_ok,
+                stride_split,
+                NNZ,
+                BLOCKS,
+                False,
+            )
     else:
         cols = _window_columns(q_out, window, windows, band, BLOCKS)
+        gl.store(
+            out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
+            out.to(out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+
+
+@gluon.jit
+def _store_folded(
+    out_ptr,
+    spill_ptr,
+    out,
+    q_out,
+    pid_s,
+    rows,
+    n,
+    mask,
+    window,
+    windows,
+    band,
+    out_features,
+    fold,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: gl.constexpr,
+    BLOCKS: gl.constexpr,
+    PER_ROW: gl.constexpr,
+):
+    """The Triton forward's ``_store_folded``, transposed: spilled rows to the float32 spill, the
+    rest to the output."""
+    cols, first, beyond, offset, _ = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
+    if (window == 0) | (window == windows - 1):
+        block = band * BLOCKS + q_out // WINDOW
+        spill_cols = (block * 2 + gl.where(first, 0, 1)) * fold + offset
+        gl.store(
+            spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * fold) + spill_cols[:, None],
+            out,
+            mask=mask & (first | beyond)[:, None],
+        )
     gl.store(
         out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
         out.to(out_ptr.dtype.element_ty),
-        mask=mask,
+        mask=mask & ~(first | beyond)[:, None],
     )
