@@ -7,7 +7,7 @@ For each data family and k (d = max(1024, 4k)), the p99 of |‖Sx - Sy‖² / �
 pairs of 160 points, averaged over the seeds, divided by the same for a dense Gaussian projection
 with the same k (one Gaussian matrix per (k, seed) serves every family). S is the default (seed, k)
 matrix of ``sjlt.sparse_jl``: the layout and nnz that ``spec.default_nnz`` picks. The bar (issue 25)
-is 1.10x on every family at every k; a ratio within 0.05 of it is measured again over 24 seeds.
+is 1.10x on every family at every k; a worst ratio from 1.05 up is measured again over 24 seeds.
 ``--grid`` takes the k of ``bench_any_shape.py`` (``any_shape_grid.py``).
 
 Families: dense Gaussian rows; real data (handwritten digits, tiled to d with jitter); MiniLM
@@ -146,7 +146,7 @@ def main(argv=None) -> None:
         seeds = args.seeds
         result = ratios(data, k, nnz, range(seeds), device)
         worst = max(ours / gauss for ours, gauss in result.values())
-        if abs(worst - BAR) <= CLOSE and seeds < MORE_SEEDS:  # too close to call on a few seeds
+        if worst >= BAR - CLOSE and seeds < MORE_SEEDS:  # near or over the bar: too close to call on a few seeds
             more = ratios(data, k, nnz, range(seeds, MORE_SEEDS), device)
             result = {
                 name: tuple(
