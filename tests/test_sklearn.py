@@ -449,9 +449,11 @@ def test_inverse_transform_is_the_pseudo_inverse(np_rng, k, d):
     X = np_rng.standard_normal((15, d))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataDimensionalityWarning)
-        # Default nnz=8: with few nonzeros, two columns can coincide and S lose column rank.
-        est = SparseJLProjection(k, random_state=np_rng.integers(2**63)).fit(X)
+        # nnz=8, not the default (2 at k=40): with few nonzeros two columns can coincide and S
+        # lose the column rank that Z == X needs.
+        est = SparseJLProjection(k, nnz=8, random_state=np_rng.integers(2**63)).fit(X)
     S = est.components_.toarray()
+    assert np.linalg.matrix_rank(S) == min(k, d)
     Y = est.transform(X)
     Z = est.inverse_transform(Y)
     np.testing.assert_allclose(Z, Y @ np.linalg.pinv(S).T, rtol=1e-9, atol=1e-9)
