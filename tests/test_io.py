@@ -72,19 +72,49 @@ def test_errors_are_the_library_type_not_the_cli_type(tmp_path):
 def test_project_rows_equals_sparse_jl(dtype, rows_per_chunk):
     x = _rows(dtype=dtype)
     expected = sjlt.sparse_jl(torch.from_numpy(x), 16, seed=3, nnz=2).numpy()
-    got = project_rows(x, 16, seed=3, nnz=2, device=torch.device("cpu"), rows_per_chunk=rows_per_chunk)
-    assert got.dtype == dtype and got.shape == (50, 16)
+    got, all_finite = project_rows(x, 16, seed=3, nnz=2, device=torch.device("cpu"), rows_per_chunk=rows_per_chunk)
+    assert got.dtype == dtype and got.shape == (50, 16) and all_finite
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("rows_per_chunk", [None, 7])
+def test_project_rows_widens_on_the_device_and_reports_non_finite_output(rows_per_chunk):
+    x = _rows(dtype=np.float16)
+    expected = sjlt.sparse_jl(torch.from_numpy(x).float(), 16, seed=3, nnz=2).numpy()
+    got, all_finite = project_rows(
+        x, 16, seed=3, nnz=2, device=torch.device("cpu"), rows_per_chunk=rows_per_chunk, output_dtype=np.float32
+    )
+    assert got.dtype == np.float32 and all_finite
+    np.testing.assert_array_equal(got, expected)
+    x[41, 5] = np.inf
+    got, all_finite = project_rows(x, 16, seed=3, nnz=2, device=torch.device("cpu"), rows_per_chunk=rows_per_chunk)
+    assert not all_finite and np.isfinite(np.delete(got, 41, axis=0)).all()
 
 
 def test_project_rows_takes_read_only_and_reversed_arrays_without_a_warning(recwarn):
     x = _rows()
     x.flags.writeable = False
     reversed_rows = x[::-1]
-    got = project_rows(reversed_rows, 8, seed=0, nnz=8, device=torch.device("cpu"))
+    got, _ = project_rows(reversed_rows, 8, seed=0, nnz=8, device=torch.device("cpu"))
     np.testing.assert_array_equal(got, sjlt.sparse_jl(torch.from_numpy(x[::-1].copy()), 8, seed=0).numpy())
     assert tensor_view(x).data_ptr() == x.ctypes.data  # a view, not a copy
     assert not [w for w in recwarn if "not writable" in str(w.message)]
+
+
+def test_npy_batches_are_read_and_written_in_concurrent_slices(tmp_path, monkeypatch):
+    import sjlt.io.npy as npy
+
+    monkeypatch.setattr(npy, "SLICE_BYTES", 1000)  # not a multiple of a row: slices split rows
+    monkeypatch.setattr(npy, "_SLICE_THREADS", 3)
+    x = _rows(n=300, d=40)
+    np.save(tmp_path / "in.npy", x)
+    project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=64, seed=4, batch_rows=70))
+    expected = sjlt.sparse_jl(torch.from_numpy(x), 64, seed=4).numpy()  # 70 x 64 x 4 bytes: 18 slices a batch
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+    short = tmp_path / "short.bin"
+    short.write_bytes(bytes(2500))
+    with open(short, "rb", buffering=0) as f, pytest.raises(FileProjectionError, match="ended early"):
+        npy._read_exactly(f, memoryview(bytearray(4000)), 0)
 
 
 def test_device_stream_returns_results_in_order_with_their_tags():
@@ -92,8 +122,10 @@ def test_device_stream_returns_results_in_order_with_their_tags():
     out = torch.empty(2, 3)
     finished = stream.submit(torch.ones(2, 3), tag="a") + stream.submit(torch.ones(2, 3), "b", out=out)
     finished += stream.finish()
-    assert [tag for tag, _ in finished] == ["a", "b"]
-    assert finished[1][1] is out and torch.equal(out, torch.full((2, 3), 2.0))
+    finished += stream.submit(torch.tensor([[1.0, float("nan"), 0.0]]), tag="c")
+    assert [chunk.tag for chunk in finished] == ["a", "b", "c"]
+    assert [chunk.finite for chunk in finished] == [True, True, False]
+    assert finished[1].result is out and torch.equal(out, torch.full((2, 3), 2.0))
 
 
 def test_map_row_blocks_projects_each_row_chunk():

@@ -233,7 +233,13 @@ def test_pickled_fitted_estimator_is_tiny_and_equivalent(np_rng):
 
 @pytest.mark.parametrize(
     "dtype, expected",
-    [(np.float32, np.float32), (np.float64, np.float64), (np.int64, np.float64), (np.int32, np.float64)],
+    [
+        (np.float32, np.float32),
+        (np.float64, np.float64),
+        (np.float16, np.float32),  # widened on the device, not in a host pass
+        (np.int64, np.float64),
+        (np.int32, np.float64),
+    ],
 )
 def test_dense_transform_dtype_and_values(np_rng, dtype, expected):
     X = (np_rng.standard_normal((30, 200)) * 10).astype(dtype)
@@ -392,14 +398,17 @@ def test_cuda_device_without_gpu_raises(np_rng):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_gpu_pipeline_matches_cpu(np_rng, dtype):
     X = np_rng.standard_normal((1000, 777)).astype(dtype)
     cpu = SparseJLProjection(64, random_state=5, device="cpu").fit(X).transform(X)
     for batch_size in (None, 97, 1000):
         gpu = SparseJLProjection(64, random_state=5, device="cuda", batch_size=batch_size).fit(X).transform(X)
-        assert isinstance(gpu, np.ndarray) and gpu.dtype == dtype
+        assert isinstance(gpu, np.ndarray) and gpu.dtype == np.promote_types(dtype, np.float32)
         np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-4)
+    X[500, 3] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        SparseJLProjection(64, random_state=5, device="cuda", batch_size=97).fit(X[:2]).transform(X)
 
 
 @pytest.mark.gpu

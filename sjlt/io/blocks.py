@@ -16,7 +16,8 @@ def project_block(block, out_features: int, seed: int, nnz: int, device: str) ->
     from .._device import resolve_device
     from .rows import project_rows
 
-    return project_rows(np.asarray(block), out_features, seed=seed, nnz=nnz, device=resolve_device(device))
+    projected, _ = project_rows(np.asarray(block), out_features, seed=seed, nnz=nnz, device=resolve_device(device))
+    return projected
 
 
 def map_row_blocks(data, out_features: int, *, seed: int, nnz: int, device: str):

@@ -2,8 +2,8 @@
 
 The reader does not memory-map the file: pages of a mapping count toward the process's resident
 memory and address space until the kernel evicts them, so a 150 GB input could show 150 GB
-resident. It reads each batch with ``readinto`` into a reusable buffer of a pool instead:
-one copy, as the mapping would make, with memory fixed by the batch size.
+resident. It reads each batch into a reusable buffer of a pool instead, in slices read
+concurrently: one copy, as the mapping would make, with memory fixed by the batch size.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,14 +100,60 @@ def check_embedding_array(path: Path, header: NpyHeader) -> None:
         )
 
 
-def _read_exactly(f, view: memoryview, offset: int) -> None:
-    f.seek(offset)
+#: Batches are read and written as slices of this size, several at once: one thread copies
+#: page-cached data at about 5 GB/s in and 2.5 GB/s out (H100 host), below the 7-9 GB/s at which
+#: the GPU takes pageable data in. Small enough that a 16 MB output batch spreads over 8 threads.
+SLICE_BYTES = 2 << 20
+_SLICE_THREADS = min(8, os.cpu_count() or 1)
+_POSITIONAL = hasattr(os, "preadv") and hasattr(os, "pwritev")
+_slice_pool: ThreadPoolExecutor | None = None
+_slice_pool_lock = threading.Lock()
+
+
+def _read_slice(f, view: memoryview, offset: int) -> None:
     done = 0
     while done < len(view):
-        count = f.readinto(view[done:])
+        if _POSITIONAL:
+            count = os.preadv(f.fileno(), [view[done:]], offset + done)
+        else:
+            f.seek(offset + done)
+            count = f.readinto(view[done:])
         if not count:
             raise FileProjectionError(f"INPUT {f.name!r} ended early (was it truncated while being read?)")
         done += count
+
+
+def _write_slice(f, view: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(view):
+        if _POSITIONAL:
+            done += os.pwritev(f.fileno(), [view[done:]], offset + done)
+        else:
+            f.seek(offset + done)
+            done += f.write(view[done:])
+
+
+def _in_slices(transfer, f, view: memoryview, offset: int) -> None:
+    """``transfer(f, slice, its offset)`` over the slices of ``view`` (bytes at ``offset`` of the
+    unbuffered file ``f``), concurrently where the platform reads and writes by position; returns
+    once every slice is done, so the buffer can be handed on or given back."""
+    global _slice_pool
+    starts = range(0, len(view), SLICE_BYTES)
+    if len(starts) <= 1 or not _POSITIONAL or _SLICE_THREADS == 1:
+        transfer(f, view, offset)
+        return
+    with _slice_pool_lock:
+        if _slice_pool is None:
+            _slice_pool = ThreadPoolExecutor(_SLICE_THREADS, thread_name_prefix="sjlt-io")
+    slices = [_slice_pool.submit(transfer, f, view[a : a + SLICE_BYTES], offset + a) for a in starts]
+    for pending in slices:
+        pending.exception()
+    for pending in slices:
+        pending.result()
+
+
+def _read_exactly(f, view: memoryview, offset: int) -> None:
+    _in_slices(_read_slice, f, view, offset)
 
 
 class NpySource:
@@ -178,17 +225,18 @@ class NpySink:
         self._written = 0
         self._sidecar_path = sidecar_path
         self._metadata = metadata
-        self._file = open(path, "wb")
+        self._file = open(path, "wb", buffering=0)
         header = {"descr": npy_format.dtype_to_descr(self._dtype), "fortran_order": False, "shape": tuple(shape)}
         # Format 1.0 stores the header length in 16 bits; only enormous shapes overflow it.
         if len(repr(header)) > 65000:
             npy_format.write_array_header_2_0(self._file, header)
         else:
             npy_format.write_array_header_1_0(self._file, header)
+        self._data_offset = self._file.tell()
 
     def write(self, projected: np.ndarray, batch: Batch) -> None:
         projected = np.ascontiguousarray(projected, dtype=self._dtype)
-        self._file.write(memoryview(projected).cast("B"))
+        _in_slices(_write_slice, self._file, memoryview(projected).cast("B"), self._data_offset + self._written)
         self._written += projected.nbytes
 
     def close(self) -> None:

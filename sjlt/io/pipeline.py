@@ -3,7 +3,8 @@
 The main thread projects; one thread reads the next batches into a bounded queue and another
 writes finished ones, so disk and compute run at the same time. Memory stays bounded: the
 queues are short and input batches live in a fixed pool of reusable buffers (the copy to a GPU
-is staged by :class:`~sjlt.io.rows.DeviceStream`). File I/O, Arrow decoding and torch kernels
+is staged by :class:`~sjlt.io.rows.DeviceStream`, or made directly from page-locked pool
+buffers). File I/O, Arrow decoding and torch kernels
 release the GIL, so the threads do run in parallel.
 """
 
@@ -34,12 +35,17 @@ class Batch:
 
 
 class BufferPool:
-    """A fixed set of byte buffers handed out and given back; readers view them as any array."""
+    """A fixed set of byte buffers handed out and given back; readers view them as any array.
 
-    def __init__(self, count: int, nbytes: int):
+    ``allocate(nbytes)``, if given, makes each buffer (page-locked ones let a GPU copy batches
+    directly); by default they are numpy's.
+    """
+
+    def __init__(self, count: int, nbytes: int, allocate: Callable[[int], np.ndarray] | None = None):
         self._free: queue.Queue = queue.Queue()
         for _ in range(count):
-            self._free.put(np.empty(max(nbytes, 1), dtype=np.uint8))
+            size = max(nbytes, 1)
+            self._free.put(allocate(size) if allocate else np.empty(size, dtype=np.uint8))
 
     def acquire(self, stop: threading.Event) -> np.ndarray | None:
         """A free buffer, or None once ``stop`` is set."""

@@ -29,7 +29,7 @@ from .errors import FileProjectionError
 from .formats import companion_paths, expand_inputs, format_of, open_sink, open_source
 from .pipeline import QUEUE_DEPTH, Batch, BufferPool, Prefetcher, WriteBehind
 from .provenance import projection_metadata
-from .rows import STREAM_DEPTH, DeviceStream, compute_dtype, tensor_view, torch_dtype
+from .rows import STREAM_DEPTH, DeviceStream, compute_dtype, pinned_bytes, tensor_view, torch_dtype
 
 #: Input bytes per batch when --batch-rows is not given: large enough to amortise per-batch
 #: costs (a kernel launch, a syscall), small enough that the buffer pool stays near 256 MB.
@@ -180,10 +180,10 @@ def _stream(
     writer = WriteBehind(sink.write)
 
     def write(finished) -> None:
-        for batch, projected in finished:
+        for batch, projected, finite in finished:
             try:
                 projected = projected.numpy()
-                if not settings.allow_nonfinite:
+                if not (finite or settings.allow_nonfinite):
                     check_finite(batch, projected, str(source.path))
             finally:
                 pool.release(batch.buffer)
@@ -257,7 +257,9 @@ def project_file(
         output_dtype=output_dtype,
         column=column,
     )
-    pool = BufferPool(QUEUE_DEPTH + 2, source.batch_buffer_bytes(batch_rows))
+    # On a GPU, batches are read straight into page-locked buffers: no staging copy.
+    allocate = pinned_bytes if device.type == "cuda" else None
+    pool = BufferPool(QUEUE_DEPTH + 2, source.batch_buffer_bytes(batch_rows), allocate)
     try:
         with atomic_outputs(output_path, *companion_paths(output_path), overwrite=settings.overwrite) as temporaries:
             sink = open_sink(
@@ -292,7 +294,8 @@ def check_memory(source, out_features: int, batch_rows: int, output_dtype, devic
 
     Host memory holds the buffer pool (QUEUE_DEPTH + 2 input batches), a compute-dtype copy of
     the batch, and up to QUEUE_DEPTH + 3 output batches (being computed, cast, queued, written);
-    with a GPU also the pinned staging buffers of STREAM_DEPTH input and output batches. A GPU
+    with a GPU the pool is page-locked, plus the page-locked output buffers of STREAM_DEPTH
+    batches. A GPU
     holds, for each of the STREAM_DEPTH batches in flight, the input batch and two output
     batches (compute and output dtype).
     """
@@ -305,7 +308,7 @@ def check_memory(source, out_features: int, batch_rows: int, output_dtype, devic
         plans = [(host_memory(), host)]
     else:
         plans = [
-            (host_memory(), host + STREAM_DEPTH * (in_row + out_row)),
+            (host_memory(), host + STREAM_DEPTH * out_row),
             (device_memory(device), STREAM_DEPTH * (dim * compute + 2 * out_row)),
         ]
     for memory, per_row in plans:

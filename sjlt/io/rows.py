@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -48,16 +49,26 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, np.dtype(dtype))).dtype
 
 
+class Finished(NamedTuple):
+    """A chunk's result on the host, with its ``tag`` and whether every value of it is finite
+    (checked where it was computed)."""
+
+    tag: object
+    result: torch.Tensor
+    finite: bool
+
+
 class DeviceStream:
     """Applies ``project`` (a function of a 2-D tensor on ``device``) to host chunks; results come
-    back on the host, in the order the chunks were submitted.
+    back on the host, in the order the chunks were submitted, each with a finiteness flag.
 
     On the CPU a chunk is projected when it is submitted. On a GPU up to ``depth`` chunks are in
-    flight, each on its own CUDA stream with a pair of page-locked staging buffers: the chunk is
-    staged (a host copy), copied to the GPU, projected and copied back asynchronously, so while
-    the GPU moves and projects one chunk the host stages the next, and pageable memory never
-    blocks the DMA engines. A staging buffer is reused only after the event of its previous
-    chunk has fired.
+    flight, each on its own CUDA stream: the chunk is copied to the GPU, projected and copied
+    back asynchronously into a page-locked buffer, so while the GPU moves and projects one chunk
+    the host prepares the next. A pageable chunk is first staged (a host copy into a page-locked
+    buffer), since pageable memory blocks the DMA engines; a page-locked chunk is copied from
+    directly, so its memory must stay unchanged until its result comes back. A buffer is reused
+    only after the event of its previous chunk has fired.
     """
 
     def __init__(
@@ -73,36 +84,43 @@ class DeviceStream:
                 self._streams = [torch.cuda.Stream() for _ in range(depth)]
             self._staged_in: list[torch.Tensor | None] = [None] * depth
             self._staged_out: list[torch.Tensor | None] = [None] * depth
+            self._finite = torch.empty(depth, dtype=torch.bool, pin_memory=True)
             self._in_flight: list[tuple | None] = [None] * depth
 
-    def submit(self, chunk: torch.Tensor, tag=None, out: torch.Tensor | None = None) -> list[tuple]:
-        """Queues the host tensor ``chunk`` (rows, features); returns ``(tag, result)`` for each
-        chunk finished meanwhile, oldest first. ``out``, a host tensor of the result's shape and
-        dtype, receives the result; without it the result is a new tensor."""
+    def submit(self, chunk: torch.Tensor, tag=None, out: torch.Tensor | None = None) -> list[Finished]:
+        """Queues the host tensor ``chunk`` (rows, features); returns the chunks finished
+        meanwhile, oldest first. ``out``, a host tensor of the result's shape and dtype, receives
+        the result; without it the result is a tensor of its own (page-locked on a GPU)."""
         if not self._gpu:
             result = self._project(chunk)
+            finite = bool(torch.isfinite(result).all())
             if out is None:
-                return [(tag, result.contiguous())]
+                return [Finished(tag, result.contiguous(), finite)]
             out.copy_(result)
-            return [(tag, out)]
+            return [Finished(tag, out, finite)]
         slot = self._submitted % self._depth
         self._submitted += 1
         finished = [self._collect(slot)] if self._in_flight[slot] is not None else []
         rows = chunk.shape[0]
-        staged_in = self._staged_in[slot] = _fitting(self._staged_in[slot], chunk.shape, chunk.dtype)
-        staged_in[:rows].copy_(chunk)
+        if chunk.is_pinned():
+            source = chunk
+        else:
+            source = self._staged_in[slot] = _fitting(self._staged_in[slot], chunk.shape, chunk.dtype)
+            source = source[:rows]
+            source.copy_(chunk)
         with torch.cuda.device(self.device), torch.cuda.stream(self._streams[slot]):
-            x_device = staged_in[:rows].to(self.device, non_blocking=True)
+            x_device = source.to(self.device, non_blocking=True)
             y_device = self._project(x_device)
             staged_out = self._staged_out[slot] = _fitting(self._staged_out[slot], y_device.shape, y_device.dtype)
             staged_out[:rows].copy_(y_device, non_blocking=True)
+            self._finite[slot].copy_(torch.isfinite(y_device).all(), non_blocking=True)
             done = torch.cuda.Event()
             done.record()
         self._in_flight[slot] = (done, tag, rows, out)
         return finished
 
-    def finish(self) -> list[tuple]:
-        """Waits for every chunk in flight; returns their ``(tag, result)``, oldest first."""
+    def finish(self) -> list[Finished]:
+        """Waits for every chunk in flight; returns them, oldest first."""
         if not self._gpu:
             return []
         finished = []
@@ -112,15 +130,26 @@ class DeviceStream:
                 finished.append(self._collect(slot))
         return finished
 
-    def _collect(self, slot: int) -> tuple:
+    def _collect(self, slot: int) -> Finished:
         done, tag, rows, out = self._in_flight[slot]
         self._in_flight[slot] = None
         done.synchronize()
         staged = self._staged_out[slot][:rows]
+        finite = bool(self._finite[slot])
         if out is None:
-            return tag, staged.clone()  # the staging buffer is reused by a later chunk
+            # The page-locked buffer itself is the result, and the slot takes a new one: torch's
+            # pinned-memory cache hands back the buffers of results already dropped, so a stream
+            # of chunks neither copies its results nor faults in fresh pages for them.
+            self._staged_out[slot] = None
+            return Finished(tag, staged, finite)
         out.copy_(staged)
-        return tag, out
+        return Finished(tag, out, finite)
+
+
+def pinned_bytes(nbytes: int) -> np.ndarray:
+    """A page-locked host buffer of ``nbytes`` as a numpy array (it keeps the memory alive), for
+    pools whose batches :class:`DeviceStream` copies to a GPU without staging."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()
 
 
 def _fitting(buffer: torch.Tensor | None, shape, dtype: torch.dtype) -> torch.Tensor:
@@ -143,26 +172,35 @@ def project_rows(
     nnz: int,
     device: torch.device,
     rows_per_chunk: int | None = None,
-) -> np.ndarray:
-    """``array @ S.T`` for a 2-D float array in host memory, projected on ``device`` and returned
-    as a numpy array of the input's dtype.
+    output_dtype: np.dtype | None = None,
+) -> tuple[np.ndarray, bool]:
+    """``array @ S.T`` for a 2-D float array in host memory, projected on ``device``; returns the
+    numpy result, of ``output_dtype`` (default: the input's), and whether all of it is finite.
 
-    ``rows_per_chunk`` bounds the rows projected at a time (None: all at once on the CPU, about
-    :data:`GPU_CHUNK_BYTES` of input per chunk on a GPU).
+    The input crosses to the device in its own dtype and is widened there (:func:`compute_dtype`),
+    and the finiteness check runs there too, chunk by chunk: no host-side pass over the data
+    besides the copies. ``rows_per_chunk`` bounds the rows projected at a time (None: all at
+    once on the CPU, about :data:`GPU_CHUNK_BYTES` of input per chunk on a GPU).
     """
     x = tensor_view(np.asarray(array))
     n_rows, n_features = x.shape
+    output = np.dtype(output_dtype or array.dtype)
+    compute, result = torch_dtype(compute_dtype(array.dtype, output)), torch_dtype(output)
     device = torch.device(device)
     if rows_per_chunk is None:
         rows_per_chunk = n_rows if device.type == "cpu" else GPU_CHUNK_BYTES // max(1, n_features * x.element_size())
     rows_per_chunk = max(1, rows_per_chunk)
-    stream = DeviceStream(lambda chunk: sparse_jl(chunk, out_features, seed=seed, nnz=nnz), device)
+    stream = DeviceStream(
+        lambda chunk: sparse_jl(chunk.to(compute), out_features, seed=seed, nnz=nnz).to(result), device
+    )
     if device.type == "cpu" and rows_per_chunk >= n_rows:
-        ((_, projected),) = stream.submit(x)
-        return projected.numpy()
-    out = torch.empty((n_rows, out_features), dtype=x.dtype)
-    for start in range(0, n_rows, rows_per_chunk):
-        stop = min(start + rows_per_chunk, n_rows)
-        stream.submit(x[start:stop], out=out[start:stop])
-    stream.finish()
-    return out.numpy()
+        finished = stream.submit(x)
+        projected = finished[0].result
+    else:
+        projected = torch.empty((n_rows, out_features), dtype=result)
+        finished = []
+        for start in range(0, n_rows, rows_per_chunk):
+            stop = min(start + rows_per_chunk, n_rows)
+            finished += stream.submit(x[start:stop], out=projected[start:stop])
+        finished += stream.finish()
+    return projected.numpy(), all(chunk.finite for chunk in finished)
