@@ -123,8 +123,9 @@ def test_device_stream_returns_results_in_order_with_their_tags():
     finished = stream.submit(torch.ones(2, 3), tag="a") + stream.submit(torch.ones(2, 3), "b", out=out)
     finished += stream.finish()
     finished += stream.submit(torch.tensor([[1.0, float("nan"), 0.0]]), tag="c")
-    assert [chunk.tag for chunk in finished] == ["a", "b", "c"]
-    assert [chunk.finite for chunk in finished] == [True, True, False]
+    finished += stream.submit(torch.full((1, 3), 1.5e38), tag="d")  # finite, though its sum overflows
+    assert [chunk.tag for chunk in finished] == ["a", "b", "c", "d"]
+    assert [chunk.finite for chunk in finished] == [True, True, False, True]
     assert finished[1].result is out and torch.equal(out, torch.full((2, 3), 2.0))
 
 

@@ -93,7 +93,7 @@ class DeviceStream:
         the result; without it the result is a tensor of its own (page-locked on a GPU)."""
         if not self._gpu:
             result = self._project(chunk)
-            finite = bool(torch.isfinite(result).all())
+            finite = _confirmed_finite(bool(_sum_is_finite(result)), result)
             if out is None:
                 return [Finished(tag, result.contiguous(), finite)]
             out.copy_(result)
@@ -113,7 +113,7 @@ class DeviceStream:
             y_device = self._project(x_device)
             staged_out = self._staged_out[slot] = _fitting(self._staged_out[slot], y_device.shape, y_device.dtype)
             staged_out[:rows].copy_(y_device, non_blocking=True)
-            self._finite[slot].copy_(torch.isfinite(y_device).all(), non_blocking=True)
+            self._finite[slot].copy_(_sum_is_finite(y_device), non_blocking=True)
             done = torch.cuda.Event()
             done.record()
         self._in_flight[slot] = (done, tag, rows, out)
@@ -135,7 +135,7 @@ class DeviceStream:
         self._in_flight[slot] = None
         done.synchronize()
         staged = self._staged_out[slot][:rows]
-        finite = bool(self._finite[slot])
+        finite = _confirmed_finite(bool(self._finite[slot]), staged)
         if out is None:
             # The page-locked buffer itself is the result, and the slot takes a new one: torch's
             # pinned-memory cache hands back the buffers of results already dropped, so a stream
@@ -144,6 +144,19 @@ class DeviceStream:
             return Finished(tag, staged, finite)
         out.copy_(staged)
         return Finished(tag, out, finite)
+
+
+def _sum_is_finite(result: torch.Tensor) -> torch.Tensor:
+    """Whether the sum of ``result`` is finite, as a bool tensor where ``result`` is: a screen, 30x
+    faster than ``isfinite(result).all()`` on a CPU. A NaN or inf anywhere makes the sum
+    non-finite, so True proves ``result`` finite; False may also be a finite overflow."""
+    total = result.sum(dtype=torch.float32) if result.element_size() < 4 else result.sum()
+    return torch.isfinite(total)
+
+
+def _confirmed_finite(sum_is_finite: bool, result: torch.Tensor) -> bool:
+    """The screen's answer, confirmed element by element (on the host) when it says no."""
+    return sum_is_finite or bool(torch.isfinite(result).all())
 
 
 def pinned_bytes(nbytes: int) -> np.ndarray:
