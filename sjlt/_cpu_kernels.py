@@ -27,77 +27,211 @@ SHARD_COLUMNS = 1024
 _OPTIONS = dict(nogil=True, cache=True, fastmath={"contract"})
 
 
+def _splat(builder, vector, value):
+    lanes = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count)
+    return builder.shuffle_vector(lanes, ir.Constant(vector, ir.Undefined), mask)
+
+
+def _tile_pointer(builder, data, offset, vector):
+    return builder.bitcast(builder.gep(data, [offset], inbounds=True), vector.as_pointer())
+
+
 @intrinsic
-def _tile_axpy(typingctx, target, target_offset, source, source_offset, weight):
-    """target[target_offset:][:TILE_ROWS] += weight * source[source_offset:][:TILE_ROWS], as one
-    vector multiply-add in LLVM IR. A numba loop did the same about 1.5x slower: it cannot tell
-    that the two scratch arrays never overlap, so it re-checked that before every update."""
-    signature = types.void(target, target_offset, source, source_offset, weight)
+def _column_scatter(typingctx, target, source, source_offset, rows, weights, first, nnz):
+    """For t < nnz: target[rows[first + t] * TILE_ROWS:][:TILE_ROWS] += weights[first + t] *
+    source[source_offset:][:TILE_ROWS]: a column's tile of x added to each of its nnz rows' tiles,
+    as vector multiply-adds in LLVM IR with the source loaded once. A numba loop did the same
+    about 1.5x slower: it cannot tell that the scratch arrays never overlap, so it re-checked that
+    and re-loaded the source before every update."""
+    signature = types.void(target, source, source_offset, rows, weights, first, nnz)
 
     def codegen(context, builder, sig, args):
-        target, target_offset, source, source_offset, weight = args
+        target, source, source_offset, rows, weights, first, nnz = args
         element = context.get_value_type(sig.args[0].dtype)
         vector = ir.VectorType(element, TILE_ROWS)
-        target_data = context.make_array(sig.args[0])(context, builder, target).data
-        source_data = context.make_array(sig.args[2])(context, builder, source).data
-        target_pointer = builder.bitcast(builder.gep(target_data, [target_offset], inbounds=True), vector.as_pointer())
-        source_pointer = builder.bitcast(builder.gep(source_data, [source_offset], inbounds=True), vector.as_pointer())
         alignment = context.get_abi_sizeof(element)  # element-aligned: tiles start anywhere
-        accumulated = builder.load(target_pointer, align=alignment)
-        values = builder.load(source_pointer, align=alignment)
-        lanes = builder.insert_element(ir.Constant(vector, ir.Undefined), weight, ir.Constant(ir.IntType(32), 0))
-        lanes = builder.shuffle_vector(
-            lanes,
-            ir.Constant(vector, ir.Undefined),
-            ir.Constant(ir.VectorType(ir.IntType(32), TILE_ROWS), [0] * TILE_ROWS),
+        target_data = context.make_array(sig.args[0])(context, builder, target).data
+        source_data = context.make_array(sig.args[1])(context, builder, source).data
+        row_data = context.make_array(sig.args[3])(context, builder, rows).data
+        weight_data = context.make_array(sig.args[4])(context, builder, weights).data
+        values = builder.load(_tile_pointer(builder, source_data, source_offset, vector), align=alignment)
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{TILE_ROWS}{element.intrinsic_name}"
         )
-        name = f"llvm.fma.v{TILE_ROWS}{element.intrinsic_name}"
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
-        builder.store(builder.call(fma, [values, lanes, accumulated]), target_pointer, align=alignment)
+        with cgutils.for_range(builder, nnz) as loop:
+            index = builder.add(first, loop.index)
+            row = builder.zext(builder.load(builder.gep(row_data, [index], inbounds=True)), first.type)
+            offset = builder.mul(row, ir.Constant(first.type, TILE_ROWS))
+            pointer = _tile_pointer(builder, target_data, offset, vector)
+            weight = _splat(builder, vector, builder.load(builder.gep(weight_data, [index], inbounds=True)))
+            accumulated = builder.load(pointer, align=alignment)
+            builder.store(builder.call(fma, [values, weight, accumulated]), pointer, align=alignment)
         return context.get_dummy_value()
 
     return signature, codegen
 
 
-# Transposed copies go in blocks of 8 rows x 16 columns, so that both the rows read and the
-# transposed rows written stay in a few cache lines; row by row they ran 4-6x slower (NOTES.md).
-_BLOCK_ROWS = 8
-_BLOCK_COLUMNS = 16
+@intrinsic
+def _column_gather(typingctx, target, target_offset, source, rows, weights, first, nnz):
+    """target[target_offset:][:TILE_ROWS] = sum over t < nnz of weights[first + t] *
+    source[rows[first + t] * TILE_ROWS:][:TILE_ROWS], summed in t order in a register."""
+    signature = types.void(target, target_offset, source, rows, weights, first, nnz)
+
+    def codegen(context, builder, sig, args):
+        target, target_offset, source, rows, weights, first, nnz = args
+        element = context.get_value_type(sig.args[0].dtype)
+        vector = ir.VectorType(element, TILE_ROWS)
+        alignment = context.get_abi_sizeof(element)
+        target_data = context.make_array(sig.args[0])(context, builder, target).data
+        source_data = context.make_array(sig.args[2])(context, builder, source).data
+        row_data = context.make_array(sig.args[3])(context, builder, rows).data
+        weight_data = context.make_array(sig.args[4])(context, builder, weights).data
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{TILE_ROWS}{element.intrinsic_name}"
+        )
+        total = cgutils.alloca_once_value(builder, ir.Constant(vector, [ir.Constant(element, 0.0)] * TILE_ROWS))
+        with cgutils.for_range(builder, nnz) as loop:
+            index = builder.add(first, loop.index)
+            row = builder.zext(builder.load(builder.gep(row_data, [index], inbounds=True)), first.type)
+            offset = builder.mul(row, ir.Constant(first.type, TILE_ROWS))
+            values = builder.load(_tile_pointer(builder, source_data, offset, vector), align=alignment)
+            weight = _splat(builder, vector, builder.load(builder.gep(weight_data, [index], inbounds=True)))
+            builder.store(builder.call(fma, [values, weight, builder.load(total)]), total)
+        builder.store(builder.load(total), _tile_pointer(builder, target_data, target_offset, vector), align=alignment)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+# An 8 x 8 transposition as the three rounds of shuffles of the classic AVX sequence (unpack,
+# shuffle, 128-bit lane permute), written as generic LLVM shuffles so that any target lowers them.
+_UNPACK = ([0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15])
+_PAIRS = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
+_HALVES = ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
+
+
+def _transpose8(builder, vector, alignment, load_pointer, store_pointer) -> None:
+    """Stores at store_pointer(j) the column j of the 8 rows loaded at load_pointer(b)."""
+
+    def shuffle(a, b, mask):
+        return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), 8), mask))
+
+    rows = [builder.load(load_pointer(b), align=alignment) for b in range(8)]
+    unpacked = [shuffle(rows[2 * i], rows[2 * i + 1], mask) for i in range(4) for mask in _UNPACK]
+    paired = [shuffle(unpacked[first], unpacked[first + 2], mask) for first in (0, 1, 4, 5) for mask in _PAIRS]
+    columns = [shuffle(paired[i], paired[i + 4], mask) for mask in _HALVES for i in range(4)]
+    for j, column in enumerate(columns):
+        builder.store(column, store_pointer(j), align=alignment)
+
+
+def _matrix_row_pointer(context, builder, array_type, array, row, column, vector):
+    """Pointer to array[row + i, column:column + 8] as a vector, for a 2-D array whose rows are
+    contiguous (the caller checks), whatever its row stride."""
+    matrix = context.make_array(array_type)(context, builder, array)
+    row_stride = cgutils.unpack_tuple(builder, matrix.strides, 2)[0]
+    element_bytes = ir.Constant(row_stride.type, context.get_abi_sizeof(vector.element))
+    data = builder.bitcast(matrix.data, ir.IntType(8).as_pointer())
+
+    def pointer(i):
+        at = builder.add(
+            builder.mul(builder.add(row, ir.Constant(row.type, i)), row_stride), builder.mul(column, element_bytes)
+        )
+        return builder.bitcast(builder.gep(data, [at], inbounds=True), vector.as_pointer())
+
+    return pointer
+
+
+@intrinsic
+def _load_block8(typingctx, target, target_offset, matrix, row, column):
+    """target[target_offset + j * TILE_ROWS + b] = matrix[row + b, column + j] for b, j < 8."""
+    signature = types.void(target, target_offset, matrix, row, column)
+
+    def codegen(context, builder, sig, args):
+        target, target_offset, matrix, row, column = args
+        element = context.get_value_type(sig.args[0].dtype)
+        vector = ir.VectorType(element, 8)
+        data = context.make_array(sig.args[0])(context, builder, target).data
+        load = _matrix_row_pointer(context, builder, sig.args[2], matrix, row, column, vector)
+
+        def store(j):
+            offset = builder.add(target_offset, ir.Constant(target_offset.type, j * TILE_ROWS))
+            return _tile_pointer(builder, data, offset, vector)
+
+        _transpose8(builder, vector, context.get_abi_sizeof(element), load, store)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@intrinsic
+def _store_block8(typingctx, matrix, row, column, source, source_offset):
+    """matrix[row + b, column + j] = source[source_offset + j * TILE_ROWS + b] for b, j < 8."""
+    signature = types.void(matrix, row, column, source, source_offset)
+
+    def codegen(context, builder, sig, args):
+        matrix, row, column, source, source_offset = args
+        element = context.get_value_type(sig.args[3].dtype)
+        vector = ir.VectorType(element, 8)
+        data = context.make_array(sig.args[3])(context, builder, source).data
+        store = _matrix_row_pointer(context, builder, sig.args[0], matrix, row, column, vector)
+
+        def load(j):
+            offset = builder.add(source_offset, ir.Constant(source_offset.type, j * TILE_ROWS))
+            return _tile_pointer(builder, data, offset, vector)
+
+        _transpose8(builder, vector, context.get_abi_sizeof(element), load, store)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+# Transposed copies go in blocks of 8 x 8: through shuffles where the matrix's rows are
+# contiguous, else element by element (both keep the rows read and the rows written in a few
+# cache lines; row by row they ran 4-6x slower, NOTES.md).
+_BLOCK = 8
 
 
 @njit(**_OPTIONS)
-def _load_transposed(source, r0, used, c0, width, target, stride):
-    """target[j * stride + b] = source[r0 + b, c0 + j] for b < used, j < width."""
-    for b0 in range(0, used, _BLOCK_ROWS):
-        b1 = min(b0 + _BLOCK_ROWS, used)
-        for j0 in range(0, width, _BLOCK_COLUMNS):
-            for j in range(j0, min(j0 + _BLOCK_COLUMNS, width)):
-                line = uint64(j) * stride
-                if b1 - b0 == _BLOCK_ROWS:  # full blocks get a constant trip count (unrolled)
-                    for b in range(_BLOCK_ROWS):
-                        target[line + uint64(b0 + b)] = source[r0 + b0 + b, c0 + j]
-                else:
-                    for b in range(b0, b1):
-                        target[line + uint64(b)] = source[r0 + b, c0 + j]
+def _rows_contiguous(matrix) -> bool:
+    return matrix.strides[1] == matrix.itemsize
 
 
 @njit(**_OPTIONS)
-def _store_transposed(source, stride, target, r0, used, c0, width, accumulate):
-    """target[r0 + b, c0 + j] (+)= source[j * stride + b] for b < used, j < width."""
-    for b0 in range(0, used, _BLOCK_ROWS):
-        b1 = min(b0 + _BLOCK_ROWS, used)
-        for j0 in range(0, width, _BLOCK_COLUMNS):
-            for j in range(j0, min(j0 + _BLOCK_COLUMNS, width)):
-                line = uint64(j) * stride
-                if accumulate:
-                    for b in range(b0, b1):
-                        target[r0 + b, c0 + j] += source[line + uint64(b)]
-                elif b1 - b0 == _BLOCK_ROWS:
-                    for b in range(_BLOCK_ROWS):
-                        target[r0 + b0 + b, c0 + j] = source[line + uint64(b0 + b)]
-                else:
-                    for b in range(b0, b1):
-                        target[r0 + b, c0 + j] = source[line + uint64(b)]
+def _load_transposed(source, r0, used, c0, width, target):
+    """target[j * TILE_ROWS + b] = source[r0 + b, c0 + j] for b < used, j < width."""
+    stride = uint64(TILE_ROWS)
+    full_rows = used - used % _BLOCK if _rows_contiguous(source) else 0
+    full_columns = width - width % _BLOCK
+    for b0 in range(0, full_rows, _BLOCK):
+        for j0 in range(0, full_columns, _BLOCK):
+            _load_block8(target, uint64(j0) * stride + uint64(b0), source, r0 + b0, c0 + j0)
+    for b0 in range(0, used, _BLOCK):
+        b1 = min(b0 + _BLOCK, used)
+        for j in range(full_columns if b0 < full_rows else 0, width):
+            for b in range(b0, b1):
+                target[uint64(j) * stride + uint64(b)] = source[r0 + b, c0 + j]
+
+
+@njit(**_OPTIONS)
+def _store_transposed(source, target, r0, used, c0, width, accumulate):
+    """target[r0 + b, c0 + j] (+)= source[j * TILE_ROWS + b] for b < used, j < width."""
+    stride = uint64(TILE_ROWS)
+    full_rows = used - used % _BLOCK if _rows_contiguous(target) and not accumulate else 0
+    full_columns = width - width % _BLOCK
+    for b0 in range(0, full_rows, _BLOCK):
+        for j0 in range(0, full_columns, _BLOCK):
+            _store_block8(target, r0 + b0, c0 + j0, source, uint64(j0) * stride + uint64(b0))
+    for b0 in range(0, used, _BLOCK):
+        b1 = min(b0 + _BLOCK, used)
+        for j in range(full_columns if b0 < full_rows else 0, width):
+            line = uint64(j) * stride
+            if accumulate:
+                for b in range(b0, b1):
+                    target[r0 + b, c0 + j] += source[line + uint64(b)]
+            else:
+                for b in range(b0, b1):
+                    target[r0 + b, c0 + j] = source[line + uint64(b)]
 
 
 @njit(**_OPTIONS)
@@ -109,6 +243,7 @@ def forward_block(x, y, rows, weights, accumulate, x_t, y_t):
     m, w = x.shape
     k = y.shape[1]
     nnz = rows.shape[1]
+    flat_rows, flat_weights = rows.ravel(), weights.ravel()  # C-contiguous tables: views
     tile = TILE_ROWS
     stride = uint64(tile)
     for r0 in range(0, m, tile):
@@ -118,12 +253,12 @@ def forward_block(x, y, rows, weights, accumulate, x_t, y_t):
             x_t[:] = 0  # lanes past the last row stay finite; their outputs are never written
         for s0 in range(0, w, SHARD_COLUMNS):
             width = min(SHARD_COLUMNS, w - s0)
-            _load_transposed(x, r0, used, s0, width, x_t, stride)
+            _load_transposed(x, r0, used, s0, width, x_t)
             for j in range(width):
-                source = uint64(j) * stride
-                for t in range(nnz):
-                    _tile_axpy(y_t, uint64(rows[s0 + j, t]) * stride, x_t, source, weights[s0 + j, t])
-        _store_transposed(y_t, stride, y, r0, used, 0, k, accumulate)
+                _column_scatter(
+                    y_t, x_t, uint64(j) * stride, flat_rows, flat_weights, uint64((s0 + j) * nnz), uint64(nnz)
+                )
+        _store_transposed(y_t, y, r0, used, 0, k, accumulate)
 
 
 @njit(**_OPTIONS)
@@ -135,22 +270,21 @@ def transpose_block(y, z, rows, weights, y_t, z_t):
     m, k = y.shape
     w = z.shape[1]
     nnz = rows.shape[1]
+    flat_rows, flat_weights = rows.ravel(), weights.ravel()
     tile = TILE_ROWS
     stride = uint64(tile)
     for r0 in range(0, m, tile):
         used = min(tile, m - r0)
         if used < tile:
             y_t[:] = 0
-        _load_transposed(y, r0, used, 0, k, y_t, stride)
+        _load_transposed(y, r0, used, 0, k, y_t)
         for s0 in range(0, w, SHARD_COLUMNS):
             width = min(SHARD_COLUMNS, w - s0)
             for j in range(width):
-                target = uint64(j) * stride
-                for lane in range(stride):
-                    z_t[target + lane] = 0
-                for t in range(nnz):
-                    _tile_axpy(z_t, target, y_t, uint64(rows[s0 + j, t]) * stride, weights[s0 + j, t])
-            _store_transposed(z_t, stride, z, r0, used, s0, width, False)
+                _column_gather(
+                    z_t, uint64(j) * stride, y_t, flat_rows, flat_weights, uint64((s0 + j) * nnz), uint64(nnz)
+                )
+            _store_transposed(z_t, z, r0, used, s0, width, False)
 
 
 def compile_check() -> None:
