@@ -7,7 +7,7 @@ float tolerance; only the order of the additions differs.
 
 Two paths:
 
-- **numba** (CPU tensors, when numba is installed: ``pip install 'seeded-sjlt[cpu]'``): the kernels of
+- **numba** (CPU tensors; a dependency where numba ships wheels, else ``pip install 'seeded-sjlt[cpu]'``): the kernels of
   ``sjlt._cpu_kernels`` on tiles of rows held transposed, run on ``torch.get_num_threads()``
   threads of the calling thread. All calls in a process share one pool of ``os.cpu_count()``
   worker threads, so concurrent callers (Dask's threaded scheduler, joblib threads) never run more

@@ -493,6 +493,9 @@ def test_algorithm_rule(monkeypatch):
 
     assert choice._rule(torch.empty(64, 1024, device="meta"), 1024, 256) == choice.KERNEL  # not CUDA
     assert pick(64, 1024, 256, torch.float32) == choice.DENSE  # launch-bound, S = 1 MiB
+    assert pick(4096, 1024, 256, torch.float32) == choice.DENSE  # 2^31 flops: still launch-bound
+    assert pick(4097, 1024, 256, torch.float32) == choice.KERNEL
+    assert pick(4096, 1024, 1024, torch.bfloat16) == choice.DENSE  # 2^33 flops on tensor cores
     assert pick(64, 1024, 8192, torch.float32) == choice.KERNEL  # S = 32 MiB: too big to read per call
     assert pick(2**20, 1024, 256, torch.float32) == choice.KERNEL
     assert pick(2**20, 1024, 256, torch.bfloat16) == choice.DENSE

@@ -5,8 +5,8 @@ steered by two flags in :mod:`sjlt.backends`:
 
 - ``deterministic`` (default True): the choice is a fixed rule of the call's configuration, so
   the same call gives the same bits run to run. The rule (justified by the sweep in
-  benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound inputs whose S
-  is small, and for half-precision inputs with k <= 512 whose S fits the cache budget, where
+  benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound calls (little
+  matmul work) whose S is small, and for half-precision inputs with k <= 512 whose S fits the cache budget, where
   cuBLAS runs near the memory roofline; the kernel otherwise.
 - ``benchmark`` (default False): with ``deterministic=False``, the first call of each
   configuration times every eligible algorithm and the fastest is used for that configuration for
@@ -25,9 +25,12 @@ from .. import backends
 from . import dense
 from .layouts import triton_forward, triton_transpose
 
-#: Inputs below this size are launch-bound on an H100: the GPU time of either algorithm is a few µs,
-#: and the host-side launch decides.
-LAUNCH_BOUND_BYTES = 1 << 21
+#: Projections whose dense matmul is at most this much work (2 n d k flops) are launch-bound: cuBLAS
+#: finishes it in about what the kernel path costs the host per call (its Python launcher, 50-150 µs
+#: on the H100 host), so the dense algorithm's lighter launch decides. H100 (benchmarks/RESULTS.md,
+#: "Algorithm choice" and "Small calls"): float32 2^31 flops take about 65 µs, half types 2^34 about
+#: 20 µs on the tensor cores.
+LAUNCH_BOUND_FLOPS = {torch.float32: 1 << 31, torch.float16: 1 << 34, torch.bfloat16: 1 << 34}
 #: A launch-bound call reads all of S through the matmul, the kernel only x: beyond this S costs
 #: more to read (and to build once) than the launch saves.
 LAUNCH_BOUND_MATRIX_BYTES = 1 << 22
@@ -69,7 +72,8 @@ def algorithm(
 
 
 def _rule(x: torch.Tensor, in_features: int, out_features: int) -> str:
-    if x.numel() * x.element_size() < LAUNCH_BOUND_BYTES and dense.eligible(
+    flops = 2 * x.shape[0] * in_features * out_features
+    if flops <= LAUNCH_BOUND_FLOPS.get(x.dtype, 0) and dense.eligible(
         x, in_features, out_features, LAUNCH_BOUND_MATRIX_BYTES
     ):
         return DENSE
