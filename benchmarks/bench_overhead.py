@@ -92,7 +92,7 @@ def sjlt_rows(lines: list[str]) -> None:
         lambda: _empty_kernel[(1,)](t, t, t, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, X=1, Y=2, Z=3)
     )
     for dtype in (torch.float32, torch.bfloat16):
-        for n in (1, 64):
+        for n in (1, 64, 4096):
             for grad in (False, True):
                 x = torch.randn(n, D, device="cuda", dtype=dtype, requires_grad=grad)
                 dense = torch.randn(K, D, device="cuda", dtype=dtype)
