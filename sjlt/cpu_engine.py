@@ -24,10 +24,8 @@ Both keep memory at the output plus the table plus bounded per-thread scratch.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
-import sys
 import threading
 import warnings
 from collections import OrderedDict
@@ -36,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from . import reference
+from ._memory import host_empty
 
 #: ``SJLT_CPU_ENGINE``: "auto" (numba when installed) or "torch" (always the torch path).
 ENGINE_VARIABLE = "SJLT_CPU_ENGINE"
@@ -186,32 +185,6 @@ def _table_ranges(columns: int):
     return [(start, min(TABLE_COLUMNS, columns - start)) for start in range(0, columns, TABLE_COLUMNS)]
 
 
-_HUGE_PAGE_BYTES = 2 << 20
-_MADV_HUGEPAGE = 14  # Linux
-_madvise = None
-
-
-def _output(rows: int, columns: int, dtype: torch.dtype) -> torch.Tensor:
-    """torch.empty for a large output, its pages advised huge on Linux (where transparent huge
-    pages are in "madvise" mode, the common default): first touches of fresh 4 KiB pages cost
-    0.2 s per GB on the development VM, which doubled the transpose's time; 2 MiB pages halve it.
-    """
-    tensor = torch.empty(rows, columns, dtype=dtype)
-    size = tensor.numel() * tensor.element_size()
-    if size >= 2 * _HUGE_PAGE_BYTES and sys.platform.startswith("linux"):
-        global _madvise
-        try:
-            if _madvise is None:
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-                _madvise = libc.madvise
-            start = -(-tensor.data_ptr() // 4096) * 4096
-            _madvise(start, tensor.data_ptr() + size - start, _MADV_HUGEPAGE)  # advice: ignore failure
-        except (OSError, AttributeError):
-            pass
-    return tensor
-
-
 _pool = None
 _pool_lock = threading.Lock()
 
@@ -309,7 +282,7 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
     if n >= _FEW_ROWS or len(ranges) == 1:
         # Threads split the rows; the tables go one after another, each hashed (or fetched) once.
         # Half precision summed over several tables accumulates in float32 and rounds once.
-        y = _output(n, out_features, acc if staged and len(ranges) > 1 else x.dtype)
+        y = host_empty(n, out_features, acc if staged and len(ranges) > 1 else x.dtype)
         for index, (column, width) in enumerate(ranges):
             tables = [(column, width, table(column, width))]
             _run([lambda rows=rows: project(rows, tables, y, index > 0) for rows in _split(n, threads, tile)])
@@ -337,7 +310,7 @@ def _numba_transpose(kernels, y, in_features, *, seed, nnz, column_offset):
     tile = kernels.TILE_ROWS
     ranges = _table_ranges(in_features)
     threads = max(1, torch.get_num_threads())
-    z = _output(n, in_features, y.dtype)
+    z = host_empty(n, in_features, y.dtype)
 
     def table(column, width):
         return _table(k, seed=seed, nnz=nnz, column_offset=column_offset + column, width=width, dtype=acc)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .._memory import host_empty
 from ..functional import sparse_jl
 
 #: Bytes of input per chunk that :func:`project_rows` sends to a GPU when not told: large enough
@@ -210,7 +211,7 @@ def project_rows(
         finished = stream.submit(x)
         projected = finished[0].result
     else:
-        projected = torch.empty((n_rows, out_features), dtype=result)
+        projected = host_empty(n_rows, out_features, result)
         finished = []
         for start in range(0, n_rows, rows_per_chunk):
             stop = min(start + rows_per_chunk, n_rows)
