@@ -189,8 +189,8 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Distortion bound used by ``n_components="auto"``.
     nnz : int or None, default=None
         Nonzeros per column of S, in [1, n_components_]; None means
-        ``sjlt.spec.default_nnz(n_components_)`` (8; n_components_ / 16 below 128; 16 for multiples
-        of 256 from 2048 on).
+        ``sjlt.spec.default_nnz(n_components_)``: 8 (16 from k = 2048), trimmed to the fewest
+        blocks of 16-row windows that cover k and to at most k / 16 (min(8, k) below k = 16).
     random_state : int in [0, 2**64), RandomState, Generator or None, default=None
         Source of the seed; see :func:`seed_from_random_state`. An int is the seed itself, so
         it gives the same projection on every machine and device.
@@ -224,7 +224,8 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
     Notes
     -----
     Supported inputs of ``transform``: numpy arrays and array-likes (float32 stays float32,
-    float64 stays float64, integers become float64), scipy.sparse CSR/CSC matrices (projected
+    float64 stays float64, float16 becomes float32 on the device that projects it, integers
+    become float64), scipy.sparse CSR/CSC matrices (projected
     without densifying), pandas DataFrames, torch tensors (returned as tensors on the same device,
     floating dtypes kept), and dask arrays (returned lazily, through ``sjlt.dask.project``).
     ``fit`` on a dask array reads its shape only, and ``transform`` does not check a dask array
