@@ -38,67 +38,43 @@ def _tile_pointer(builder, data, offset, vector):
 
 
 @intrinsic
-def _column_scatter(typingctx, target, source, source_offset, rows, weights, first, nnz):
-    """For t < nnz: target[rows[first + t] * TILE_ROWS:][:TILE_ROWS] += weights[first + t] *
-    source[source_offset:][:TILE_ROWS]: a column's tile of x added to each of its nnz rows' tiles,
-    as vector multiply-adds in LLVM IR with the source loaded once. A numba loop did the same
-    about 1.5x slower: it cannot tell that the scratch arrays never overlap, so it re-checked that
-    and re-loaded the source before every update."""
-    signature = types.void(target, source, source_offset, rows, weights, first, nnz)
+def _gather(typingctx, target, target_offset, source, indices, weights, first, count, accumulate):
+    """target[target_offset:][:TILE_ROWS] = (target's tile if accumulate else 0) + the sum over
+    p < count of weights[first + p] * source[indices[first + p] * TILE_ROWS:][:TILE_ROWS], summed
+    in p order in a register and stored once.
+
+    Both directions are this gather: the forward sums a row of S over its columns (in column
+    order), the transpose a column over its rows. As a scatter of each column into its rows the
+    forward ran 1.3x slower: two 512-bit stores per nonzero bound it (NOTES.md). A numba loop
+    cannot tell that the scratch arrays never overlap, so it re-checked that and re-loaded
+    before every update; this is LLVM IR."""
+    signature = types.void(target, target_offset, source, indices, weights, first, count, accumulate)
 
     def codegen(context, builder, sig, args):
-        target, source, source_offset, rows, weights, first, nnz = args
+        target, target_offset, source, indices, weights, first, count, accumulate = args
         element = context.get_value_type(sig.args[0].dtype)
         vector = ir.VectorType(element, TILE_ROWS)
         alignment = context.get_abi_sizeof(element)  # element-aligned: tiles start anywhere
         target_data = context.make_array(sig.args[0])(context, builder, target).data
-        source_data = context.make_array(sig.args[1])(context, builder, source).data
-        row_data = context.make_array(sig.args[3])(context, builder, rows).data
-        weight_data = context.make_array(sig.args[4])(context, builder, weights).data
-        values = builder.load(_tile_pointer(builder, source_data, source_offset, vector), align=alignment)
-        fma = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{TILE_ROWS}{element.intrinsic_name}"
-        )
-        with cgutils.for_range(builder, nnz) as loop:
-            index = builder.add(first, loop.index)
-            row = builder.zext(builder.load(builder.gep(row_data, [index], inbounds=True)), first.type)
-            offset = builder.mul(row, ir.Constant(first.type, TILE_ROWS))
-            pointer = _tile_pointer(builder, target_data, offset, vector)
-            weight = _splat(builder, vector, builder.load(builder.gep(weight_data, [index], inbounds=True)))
-            accumulated = builder.load(pointer, align=alignment)
-            builder.store(builder.call(fma, [values, weight, accumulated]), pointer, align=alignment)
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
-@intrinsic
-def _column_gather(typingctx, target, target_offset, source, rows, weights, first, nnz):
-    """target[target_offset:][:TILE_ROWS] = sum over t < nnz of weights[first + t] *
-    source[rows[first + t] * TILE_ROWS:][:TILE_ROWS], summed in t order in a register."""
-    signature = types.void(target, target_offset, source, rows, weights, first, nnz)
-
-    def codegen(context, builder, sig, args):
-        target, target_offset, source, rows, weights, first, nnz = args
-        element = context.get_value_type(sig.args[0].dtype)
-        vector = ir.VectorType(element, TILE_ROWS)
-        alignment = context.get_abi_sizeof(element)
-        target_data = context.make_array(sig.args[0])(context, builder, target).data
         source_data = context.make_array(sig.args[2])(context, builder, source).data
-        row_data = context.make_array(sig.args[3])(context, builder, rows).data
+        index_data = context.make_array(sig.args[3])(context, builder, indices).data
         weight_data = context.make_array(sig.args[4])(context, builder, weights).data
         fma = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{TILE_ROWS}{element.intrinsic_name}"
         )
-        total = cgutils.alloca_once_value(builder, ir.Constant(vector, [ir.Constant(element, 0.0)] * TILE_ROWS))
-        with cgutils.for_range(builder, nnz) as loop:
-            index = builder.add(first, loop.index)
-            row = builder.zext(builder.load(builder.gep(row_data, [index], inbounds=True)), first.type)
-            offset = builder.mul(row, ir.Constant(first.type, TILE_ROWS))
+        target_pointer = _tile_pointer(builder, target_data, target_offset, vector)
+        zero = ir.Constant(vector, [ir.Constant(element, 0.0)] * TILE_ROWS)
+        flag = context.cast(builder, accumulate, sig.args[7], types.boolean)
+        start = builder.select(flag, builder.load(target_pointer, align=alignment), zero)
+        total = cgutils.alloca_once_value(builder, start)
+        with cgutils.for_range(builder, count) as loop:
+            at = builder.add(first, loop.index)
+            index = builder.zext(builder.load(builder.gep(index_data, [at], inbounds=True)), first.type)
+            offset = builder.mul(index, ir.Constant(first.type, TILE_ROWS))
             values = builder.load(_tile_pointer(builder, source_data, offset, vector), align=alignment)
-            weight = _splat(builder, vector, builder.load(builder.gep(weight_data, [index], inbounds=True)))
+            weight = _splat(builder, vector, builder.load(builder.gep(weight_data, [at], inbounds=True)))
             builder.store(builder.call(fma, [values, weight, builder.load(total)]), total)
-        builder.store(builder.load(total), _tile_pointer(builder, target_data, target_offset, vector), align=alignment)
+        builder.store(builder.load(total), target_pointer, align=alignment)
         return context.get_dummy_value()
 
     return signature, codegen
@@ -235,28 +211,34 @@ def _store_transposed(source, target, r0, used, c0, width, accumulate):
 
 
 @njit(**_OPTIONS)
-def forward_block(x, y, rows, weights, accumulate, x_t, y_t):
-    """y (+)= x S_block^T for x (m, w) of any strides and y (m, k); S_block given by its table.
+def forward_block(x, y, starts, columns, weights, accumulate, x_t, y_t):
+    """y (+)= x S_block^T for x (m, w) of any strides and y (m, k); S_block given by its rows:
+    for shard s of SHARD_COLUMNS columns and row r, entries starts[s, r] to starts[s, r + 1] of
+    ``columns`` (within the shard, ascending) and ``weights`` (see ``row_lists``).
 
     x_t holds at least min(w, SHARD_COLUMNS) * tile elements, y_t k * tile, of y's dtype.
     """
     m, w = x.shape
     k = y.shape[1]
-    nnz = rows.shape[1]
-    flat_rows, flat_weights = rows.ravel(), weights.ravel()  # C-contiguous tables: views
     tile = TILE_ROWS
     stride = uint64(tile)
     for r0 in range(0, m, tile):
         used = min(tile, m - r0)
-        y_t[: k * tile] = 0
         if used < tile:
             x_t[:] = 0  # lanes past the last row stay finite; their outputs are never written
-        for s0 in range(0, w, SHARD_COLUMNS):
-            width = min(SHARD_COLUMNS, w - s0)
-            _load_transposed(x, r0, used, s0, width, x_t)
-            for j in range(width):
-                _column_scatter(
-                    y_t, x_t, uint64(j) * stride, flat_rows, flat_weights, uint64((s0 + j) * nnz), uint64(nnz)
+        for shard, s0 in enumerate(range(0, w, SHARD_COLUMNS)):
+            _load_transposed(x, r0, used, s0, min(SHARD_COLUMNS, w - s0), x_t)
+            for r in range(k):
+                first = starts[shard, r]
+                _gather(
+                    y_t,
+                    uint64(r) * stride,
+                    x_t,
+                    columns,
+                    weights,
+                    uint64(first),
+                    uint64(starts[shard, r + 1] - first),
+                    shard > 0,
                 )
         _store_transposed(y_t, y, r0, used, 0, k, accumulate)
 
@@ -281,10 +263,33 @@ def transpose_block(y, z, rows, weights, y_t, z_t):
         for s0 in range(0, w, SHARD_COLUMNS):
             width = min(SHARD_COLUMNS, w - s0)
             for j in range(width):
-                _column_gather(
-                    z_t, uint64(j) * stride, y_t, flat_rows, flat_weights, uint64((s0 + j) * nnz), uint64(nnz)
-                )
+                first = uint64((s0 + j) * nnz)
+                _gather(z_t, uint64(j) * stride, y_t, flat_rows, flat_weights, first, uint64(nnz), False)
             _store_transposed(z_t, z, r0, used, s0, width, False)
+
+
+def row_lists(rows: np.ndarray, weights: np.ndarray, out_features: int):
+    """S_block's nonzeros by row, the table of :func:`forward_block`, from its table by column
+    (``rows``, ``weights`` of shape (w, nnz)): (starts (shards, k + 1) int64, columns int32 within
+    their shard, weights). A row's columns stay in ascending order (a stable sort of the
+    column-major entries), which is the order the forward has always summed them in."""
+    width, nnz = rows.shape
+    shards = -(-width // SHARD_COLUMNS)
+    starts = np.empty((shards, out_features + 1), dtype=np.int64)
+    columns = np.empty(width * nnz, dtype=np.int32)
+    by_row = np.empty(width * nnz, dtype=weights.dtype)
+    done = 0
+    for shard in range(shards):
+        block = slice(shard * SHARD_COLUMNS, min(width, (shard + 1) * SHARD_COLUMNS))
+        shard_rows = rows[block].ravel()
+        order = np.argsort(shard_rows, kind="stable")
+        count = len(order)
+        starts[shard, 0] = done
+        starts[shard, 1:] = done + np.cumsum(np.bincount(shard_rows, minlength=out_features))
+        columns[done : done + count] = order // nnz
+        by_row[done : done + count] = weights[block].ravel()[order]
+        done += count
+    return starts, columns, by_row
 
 
 def compile_check() -> None:
@@ -294,7 +299,10 @@ def compile_check() -> None:
     rows = np.zeros((5, 1), dtype=np.int32)
     weights = np.ones((5, 1), dtype=np.float32)
     y = np.empty((3, 2), dtype=np.float32)
-    forward_block(x, y, rows, weights, False, np.empty(5 * TILE_ROWS, np.float32), np.empty(2 * TILE_ROWS, np.float32))
+    starts, columns, by_row = row_lists(rows, weights, 2)
+    forward_block(
+        x, y, starts, columns, by_row, False, np.empty(5 * TILE_ROWS, np.float32), np.empty(2 * TILE_ROWS, np.float32)
+    )
     z = np.empty((3, 5), dtype=np.float32)
     transpose_block(y, z, rows, weights, np.empty(2 * TILE_ROWS, np.float32), np.empty(5 * TILE_ROWS, np.float32))
     if not (np.all(y[:, 0] == 5) and np.all(y[:, 1] == 0) and np.all(z == 5)):

@@ -179,6 +179,16 @@ def _table(out_features: int, *, seed: int, nnz: int, column_offset: int, width:
     return table_cache.get((seed, out_features, nnz, column_offset, width, dtype), make)
 
 
+def _row_table(kernels, out_features: int, *, seed: int, nnz: int, column_offset: int, width: int, dtype):
+    """The same nonzeros by row (``kernels.row_lists``), the forward kernel's table."""
+
+    def make():
+        rows, weights = _table(out_features, seed=seed, nnz=nnz, column_offset=column_offset, width=width, dtype=dtype)
+        return kernels.row_lists(rows, weights, out_features)
+
+    return table_cache.get(("by row", seed, out_features, nnz, column_offset, width, dtype), make)
+
+
 def _table_ranges(columns: int):
     """[(start, width)] of the tables covering columns [0, columns), TABLE_COLUMNS at a time.
     Tables are fetched one at a time, so a call holds at most one uncached table per thread."""
@@ -259,10 +269,12 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
     threads = max(1, torch.get_num_threads())
 
     def table(column, width):
-        return _table(out_features, seed=seed, nnz=nnz, column_offset=column_offset + column, width=width, dtype=acc)
+        return _row_table(
+            kernels, out_features, seed=seed, nnz=nnz, column_offset=column_offset + column, width=width, dtype=acc
+        )
 
     def project(rows, tables, y, accumulate):
-        """y[rows] (+)= x[rows] S^T over the columns of ``tables`` [(start, width, table)]."""
+        """y[rows] (+)= x[rows] S^T over the columns of ``tables`` [(start, width, row table)]."""
         scratch = _Scratch(kernels, acc, tile, max(width for _, width, _ in tables), out_features, staged)
         first, last = rows
         step = _block_rows(tile, max(d, out_features), staged, last - first)
@@ -271,10 +283,10 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
             # y has x's half dtype only when there is one table, so a staged block never accumulates.
             direct = not staged or y.dtype == acc
             out = y[start:stop] if direct else scratch.output("y", stop - start, out_features, acc)
-            for index, (column, width, (table_rows, weights)) in enumerate(tables):
+            for index, (column, width, (starts, columns, weights)) in enumerate(tables):
                 block = scratch.block("x", x[start:stop, column : column + width], acc)
                 kernels.forward_block(
-                    block, out.numpy(), table_rows, weights, accumulate or index > 0, scratch.inner, scratch.outer
+                    block, out.numpy(), starts, columns, weights, accumulate or index > 0, scratch.inner, scratch.outer
                 )
             if not direct:
                 y[start:stop].copy_(out)
