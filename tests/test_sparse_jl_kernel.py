@@ -460,12 +460,17 @@ def test_float32_is_not_rounded_through_tf32(kernel_device, k):
     assert _relative_error(got, want) <= 1e-6
 
 
-@pytest.mark.parametrize("k, nnz", [(256, 8), (64, 4), (40, 3)], ids=["windowed", "windowed-A1", "classic"])
+@pytest.mark.parametrize(
+    "k, nnz", [(256, 8), (64, 4), (40, 3), (267, 6)], ids=["windowed", "windowed-A1", "classic", "misaligned-k"]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng):
-    """The dense algorithm of launch-bound inputs (sjlt.ops.dense) builds S from the kernels' tables."""
+def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng, monkeypatch):
+    """The dense algorithm of launch-bound inputs (sjlt.ops.dense) builds S from the kernels' tables;
+    a k whose rows are not 16-byte aligned goes through S padded with zero rows, and the result is
+    (n, k) and contiguous."""
     from sjlt.ops import dense
 
+    monkeypatch.setattr(dense, "PADDED_TRANSPOSE_MIN_ELEMENTS", 0)  # the large-call path, on 7 rows
     d, offset = 300, 2**33 + 5
     x = torch.randn(7, d, generator=rng, dtype=torch.float64)
     key0, key1 = spec.philox_key(99)
@@ -473,6 +478,7 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
     want = reference.sparse_jl_forward(x.to(dtype).double(), k, seed=99, nnz=nnz, column_offset=offset)
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got.double().cpu(), want, rtol=tol, atol=tol * float(want.abs().max()))
+    assert got.shape == (7, k) and got.is_contiguous()
     y = torch.randn(7, k, generator=rng, dtype=torch.float64)
     got_t = dense.transpose(y.to(dtype).to(kernel_device), d, key0, key1, nnz, offset)
     want_t = reference.sparse_jl_transpose(y.to(dtype).double(), d, seed=99, nnz=nnz, column_offset=offset)

@@ -24,24 +24,47 @@ from .layouts import triton_hash  # the kernels' own tables: the dense S is the 
 _CACHE: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 _cached_bytes = 0
 
+#: A transpose's y from this many elements on is padded to aligned rows (:func:`aligned_features`):
+#: the pad is a launch of its own, which a launch-bound call does not win back (H100, 64 x k,
+#: k = 100-500: 12-26 us padded against 7-13 unpadded; 2**16 x 267 bfloat16: 1.33 ms against 4.76).
+PADDED_TRANSPOSE_MIN_ELEMENTS = 1 << 20
+
 
 def eligible(x: torch.Tensor, in_features: int, out_features: int, max_matrix_bytes: int) -> bool:
     """Whether the dense algorithm can run the (n, .) CUDA input ``x`` of a projection between
     in_features and out_features with S no larger than ``max_matrix_bytes`` and the cache budget."""
     budget = min(max_matrix_bytes, backends.byte_budget("dense_cache_bytes"))
     return (
-        x.device.type == "cuda" and x.dtype in KERNEL_DTYPES and in_features * out_features * x.element_size() <= budget
+        x.device.type == "cuda"
+        and x.dtype in KERNEL_DTYPES
+        and in_features * aligned_features(out_features, x) * x.element_size() <= budget
     )
 
 
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:
-    signs = sign_matrix(x.shape[1], out_features, key0, key1, nnz, column_offset, x.dtype, x.device)
-    return torch.addmm(_zero(x), x, signs.t(), beta=0, alpha=1.0 / math.sqrt(nnz))
+    rows = aligned_features(out_features, x)
+    signs = sign_matrix(x.shape[1], out_features, key0, key1, nnz, column_offset, x.dtype, x.device, rows)
+    y = torch.addmm(_zero(x), x, signs.t(), beta=0, alpha=1.0 / math.sqrt(nnz))
+    return y if rows == out_features else y[:, :out_features].contiguous()
 
 
 def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:
-    signs = sign_matrix(in_features, y.shape[1], key0, key1, nnz, column_offset, y.dtype, y.device)
+    k = y.shape[1]
+    rows = aligned_features(k, y) if y.numel() >= PADDED_TRANSPOSE_MIN_ELEMENTS else k
+    signs = sign_matrix(in_features, k, key0, key1, nnz, column_offset, y.dtype, y.device, rows)
+    if rows != k:
+        y = torch.nn.functional.pad(y, (0, rows - k))
     return torch.addmm(_zero(y), y, signs, beta=0, alpha=1.0 / math.sqrt(nnz))
+
+
+def aligned_features(k: int, like: torch.Tensor) -> int:
+    """k rounded up to whole 16-byte rows of ``like``'s dtype. cuBLAS takes its slow, unvectorized
+    kernels when a row of Y is not 16-byte aligned, so a misaligned k is multiplied through S padded
+    with zero rows (and Y cut after, or padded before the transpose). H100, bfloat16 2**16 x 2**14
+    -> 267: 0.84 ms padded against 7.67 unpadded and 0.80 at k = 288 (benchmarks/RESULTS.md, "Any
+    shape")."""
+    step = 16 // like.element_size()
+    return -(-k // step) * step
 
 
 _ZEROS: dict = {}
@@ -68,17 +91,20 @@ def sign_matrix(
     column_offset: int,
     dtype: torch.dtype,
     device: torch.device,
+    padded_rows: int | None = None,
 ) -> torch.Tensor:
-    """The (out_features, in_features) matrix sqrt(nnz) * S: entries 0 and +-1, exact in any dtype."""
+    """The (out_features, in_features) matrix sqrt(nnz) * S: entries 0 and +-1, exact in any dtype;
+    with ``padded_rows`` > out_features, followed by rows of zeros up to ``padded_rows``."""
     global _cached_bytes
-    key = (in_features, out_features, key0, key1, nnz, column_offset, dtype, device)
+    padded_rows = out_features if padded_rows is None else padded_rows
+    key = (in_features, out_features, padded_rows, key0, key1, nnz, column_offset, dtype, device)
     signs = _CACHE.get(key)
     if signs is not None:
         _CACHE.move_to_end(key)
         return signs
 
     rows, negative = triton_hash(in_features, out_features, key0, key1, nnz, column_offset, device)
-    signs = torch.zeros(out_features, in_features, dtype=dtype, device=device)
+    signs = torch.zeros(padded_rows, in_features, dtype=dtype, device=device)
     cols = torch.arange(in_features, device=device).expand_as(rows)
     values = 1.0 - 2.0 * negative.to(dtype)
     signs.index_put_((rows, cols), values)  # a column's nnz rows are distinct: no duplicates
