@@ -470,7 +470,7 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
     (n, k) and contiguous."""
     from sjlt.ops import dense
 
-    monkeypatch.setattr(dense, "PADDED_TRANSPOSE_MIN_ELEMENTS", 0)  # the large-call path, on 7 rows
+    monkeypatch.setattr(dense, "PADDED_TRANSPOSE_MIN_WORK", 0)  # the large-call path, on 7 rows
     d, offset = 300, 2**33 + 5
     x = torch.randn(7, d, generator=rng, dtype=torch.float64)
     key0, key1 = spec.philox_key(99)

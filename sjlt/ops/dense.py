@@ -24,10 +24,12 @@ from .layouts import triton_hash  # the kernels' own tables: the dense S is the 
 _CACHE: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 _cached_bytes = 0
 
-#: A transpose's y from this many elements on is padded to aligned rows (:func:`aligned_features`):
-#: the pad is a launch of its own, which a launch-bound call does not win back (H100, 64 x k,
-#: k = 100-500: 12-26 us padded against 7-13 unpadded; 2**16 x 267 bfloat16: 1.33 ms against 4.76).
-PADDED_TRANSPOSE_MIN_ELEMENTS = 1 << 20
+#: A transpose with at least this many multiply-adds (n k d) pads y to aligned rows
+#: (:func:`aligned_features`): the pad is a launch of its own, which a launch-bound call does not win
+#: back. H100: 64 x k -> 1024, k = 100-500: 12-26 us padded against 7-13 unpadded; bfloat16 65536 x
+#: 267 -> 16384 1.33 ms against 4.76, and 4096 x 100 -> 131072 (a small y, a large z) unpadded 2.0x
+#: the lattice k's time.
+PADDED_TRANSPOSE_MIN_WORK = 1 << 30
 
 
 def eligible(x: torch.Tensor, in_features: int, out_features: int, max_matrix_bytes: int) -> bool:
@@ -50,7 +52,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
 
 def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:
     k = y.shape[1]
-    rows = aligned_features(k, y) if y.numel() >= PADDED_TRANSPOSE_MIN_ELEMENTS else k
+    rows = aligned_features(k, y) if y.numel() * in_features >= PADDED_TRANSPOSE_MIN_WORK else k
     signs = sign_matrix(in_features, k, key0, key1, nnz, column_offset, y.dtype, y.device, rows)
     if rows != k:
         y = torch.nn.functional.pad(y, (0, rows - k))
