@@ -275,8 +275,8 @@ def test_shuffle_forward_rule():
 
 
 def test_gluon_forward_rule(monkeypatch):
-    """Half types with more than 32 rows and 16-128 groups per program, where the GPU can run it;
-    the rest keep the Triton kernels. (The kernel itself runs in tests/test_gpu_only.py: Gluon has
+    """Half types with more than 32 rows and 16-128 groups per program on the lattice (no fold),
+    where the GPU can run it; the rest keep the Triton kernels. (The kernel itself runs in tests/test_gpu_only.py: Gluon has
     no interpreter.)"""
     x = torch.empty(64, 1024, dtype=torch.bfloat16)
     assert not windowed._gluon_supported(x, 0)  # not on a GPU
@@ -285,6 +285,7 @@ def test_gluon_forward_rule(monkeypatch):
     assert rule(x, 0, 16) and rule(x, 0, 128) and rule(x.half(), 0, 64)
     assert not rule(x, 0, 15) and not rule(x, 0, 129)
     assert not rule(x[:32], 0, 64) and not rule(x.float(), 0, 64)
+    assert rule(x, 0, 64, fold=0) and not rule(x, 0, 64, fold=16)
 
 
 def test_gluon_forward_refuses_an_input_it_cannot_run(kernel_device):

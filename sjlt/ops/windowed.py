@@ -236,16 +236,20 @@ def _shuffle_warps(n: int, windows: int) -> int:
     return 2 if n > 16 and windows >= 32 else 1
 
 
-def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int) -> bool:
+def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int, fold: int = 0) -> bool:
     """Whether a forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``): half
     types with more than 32 rows and 16-128 groups per program, where it wins (design 11; H100,
     ``python benchmarks/sweep_gluon.py``, benchmarks/RESULTS.md "The forward in Gluon"): 1.04-1.11x
     at 16-128 groups per program (2**20 x 1024 -> 64 / 256, 2**18 x 4096 -> 256 / 4096, 2**16 x 2**14
     -> 1024, 2**16 x 2**13 -> 2048, 2**17 x 2048 -> 512), 0.98-0.99x at 8 (2**20 x 1024 -> 1024),
     and 0.76-0.84x with runs of 512 groups and more, where the Triton kernel's pipelined 128-row
-    programs are faster; and only where it can run (:func:`_gluon_supported`)."""
+    programs are faster. Only on the lattice (``fold`` = 0): off it the Triton kernel was faster at
+    7 of 12 k measured and at most 1.14x slower, while Gluon took up to 2.4x its time (bfloat16
+    2**16 x 2**14 -> 15629: 12.2 ms against 5.1; NOTES.md, "Any k"). And only where it can run
+    (:func:`_gluon_supported`)."""
     return (
         x.shape[0] > 32
+        and fold == 0
         and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1]
         and _gluon_supported(x, column_offset)
     )
@@ -422,9 +426,9 @@ def forward(
         out_features,
         bands,
     )
-    if _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon:
-        return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
     fold = _fold(out_features, nnz)
+    if _gluon_forward(x, column_offset, per_split, fold) if tiling.gluon is None else tiling.gluon:
+        return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
     if _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle:
         out, stride_split = forward_output(n, out_features, splits, x)
         spill = _spill(n, splits, nnz, fold, out)
