@@ -756,9 +756,12 @@ def _store_folded(
     PER_ROW: tl.constexpr,
 ):
     """``_store_window`` off the lattice: rows that fold and rows folded onto to the spill, the
-    rest to the output."""
+    rest to the output. Only windows 0 and A - 1 hold such rows; the other windows store whole, in
+    a branch of their own, since a mask made of the fold flags costs the compiler its proof of
+    whole 16-lane windows and the stores go scalar (2.5x the forward's time in bfloat16)."""
     columns, first, beyond, offset, _ = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
-    if (window == 0) | (window == windows - 1):  # only these windows hold spilled rows
+    out_rows = out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
+    if (window == 0) | (window == windows - 1):
         block = band * BLOCKS + offs_q // WINDOW
         spill_columns = (block * 2 + tl.where(first, 0, 1)) * fold + offset
         tl.store(
@@ -766,11 +769,13 @@ def _store_folded(
             values,
             mask=mask & (first | beyond)[None, :],
         )
-    tl.store(
-        out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + columns[None, :] * stride_ok,
-        values.to(out_ptr.dtype.element_ty),
-        mask=mask & ~(first | beyond)[None, :],
-    )
+        tl.store(
+            out_rows + columns[None, :] * stride_ok,
+            values.to(out_ptr.dtype.element_ty),
+            mask=mask & ~(first | beyond)[None, :],
+        )
+    else:
+        tl.store(out_rows + columns[None, :] * stride_ok, values.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -1204,18 +1209,17 @@ def _load_folded(
     BLOCKS: tl.constexpr,
     PER_ROW: tl.constexpr,
 ):
-    """y's columns of ``window`` off the lattice: aligned whole windows in one load, the rows that
-    fold (window A - 1 only) in another."""
+    """y's columns of ``window`` off the lattice: aligned whole windows in one load, and in window
+    A - 1 the rows that fold in another. Only window A - 1 holds folding rows; the others load
+    whole, in a branch of their own, as a mask made of the fold flags costs the compiler its proof
+    of whole 16-lane windows (scalar loads)."""
     columns, _, beyond, offset, start = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
-    y = tl.load(
-        y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask & ~beyond[None, :], other=0.0
-    )
+    y_rows = y_ptr + offs_m[:, None] * stride_ym
     if window == windows - 1:
-        y += tl.load(
-            y_ptr + offs_m[:, None] * stride_ym + (start + offset)[None, :] * stride_yk,
-            mask=mask & beyond[None, :],
-            other=0.0,
-        )
+        y = tl.load(y_rows + columns[None, :] * stride_yk, mask=mask & ~beyond[None, :], other=0.0)
+        y += tl.load(y_rows + (start + offset)[None, :] * stride_yk, mask=mask & beyond[None, :], other=0.0)
+    else:
+        y = tl.load(y_rows + columns[None, :] * stride_yk, mask=mask, other=0.0)
     return y
 
 
