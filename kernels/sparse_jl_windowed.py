@@ -670,6 +670,7 @@ def _store_window(
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
+    ALIGNED_ROWS: tl.constexpr,
 ):
     """scale * acc into window a of this split's output, acc's column q = 16t + u being row u of the
     window in block band * BLOCKS + t (blocks that do not exist are not written). FOLDS: k is off
@@ -701,6 +702,7 @@ def _store_window(
                 NNZ,
                 BLOCKS,
                 True,
+                ALIGNED_ROWS,
             )
         else:
             _store_folded(
@@ -723,6 +725,7 @@ def _store_window(
                 NNZ,
                 BLOCKS,
                 False,
+                ALIGNED_ROWS,
             )
     else:
         columns = _window_columns(offs_q, window, windows, band, BLOCKS)
@@ -754,13 +757,88 @@ def _store_folded(
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     PER_ROW: tl.constexpr,
+    ALIGNED_ROWS: tl.constexpr,
 ):
     """``_store_window`` off the lattice: rows that fold and rows folded onto to the spill, the
-    rest to the output. Only windows 0 and A - 1 hold such rows; the other windows store whole, in
-    a branch of their own, since a mask made of the fold flags costs the compiler its proof of
-    whole 16-lane windows and the stores go scalar (2.5x the forward's time in bfloat16)."""
+    rest to the output. Only windows 0 and A - 1 hold such rows. With ALIGNED_ROWS (output rows
+    16-element aligned) the other windows store whole, in a branch of their own: a mask made of the
+    fold flags costs the compiler its proof of whole 16-lane windows, and the stores go scalar
+    (2.5x the forward's time in bfloat16). Misaligned rows store scalar anyway, and there the
+    branch only cost time (benchmarks/NOTES.md, "Any k")."""
     columns, first, beyond, offset, _ = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
     out_rows = out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
+    if ALIGNED_ROWS:
+        if (window == 0) | (window == windows - 1):
+            _store_spilled(
+                out_rows,
+                spill_ptr,
+                values,
+                columns,
+                first,
+                beyond,
+                offset,
+                offs_q,
+                pid_s,
+                offs_m,
+                mask,
+                window,
+                windows,
+                band,
+                n,
+                fold,
+                stride_ok,
+                NNZ,
+                BLOCKS,
+            )
+        else:
+            tl.store(out_rows + columns[None, :] * stride_ok, values.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        _store_spilled(
+            out_rows,
+            spill_ptr,
+            values,
+            columns,
+            first,
+            beyond,
+            offset,
+            offs_q,
+            pid_s,
+            offs_m,
+            mask,
+            window,
+            windows,
+            band,
+            n,
+            fold,
+            stride_ok,
+            NNZ,
+            BLOCKS,
+        )
+
+
+@triton.jit
+def _store_spilled(
+    out_rows,
+    spill_ptr,
+    values,
+    columns,
+    first,
+    beyond,
+    offset,
+    offs_q,
+    pid_s,
+    offs_m,
+    mask,
+    window,
+    windows,
+    band,
+    n,
+    fold,
+    stride_ok,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
+    """The rows that fold or are folded onto (windows 0 and A - 1) to the spill, the rest to the output."""
     if (window == 0) | (window == windows - 1):
         block = band * BLOCKS + offs_q // WINDOW
         spill_columns = (block * 2 + tl.where(first, 0, 1)) * fold + offset
@@ -769,13 +847,11 @@ def _store_folded(
             values,
             mask=mask & (first | beyond)[None, :],
         )
-        tl.store(
-            out_rows + columns[None, :] * stride_ok,
-            values.to(out_ptr.dtype.element_ty),
-            mask=mask & ~(first | beyond)[None, :],
-        )
-    else:
-        tl.store(out_rows + columns[None, :] * stride_ok, values.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        out_rows + columns[None, :] * stride_ok,
+        values.to(out_rows.dtype.element_ty),
+        mask=mask & ~(first | beyond)[None, :],
+    )
 
 
 @triton.jit
@@ -804,6 +880,7 @@ def sparse_jl_windowed_forward_kernel(
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
+    ALIGNED_ROWS: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -910,6 +987,7 @@ def sparse_jl_windowed_forward_kernel(
         BLOCKS,
         BANDS,
         FOLDS,
+        ALIGNED_ROWS,
     )
 
 
@@ -1054,6 +1132,7 @@ def _store_block(
             BLOCKS,
             BANDS,
             FOLDS,
+            False,  # the CUDA-core forward (few rows, float32) keeps its measured stores
         )
 
 
@@ -1209,17 +1288,18 @@ def _load_folded(
     BLOCKS: tl.constexpr,
     PER_ROW: tl.constexpr,
 ):
-    """y's columns of ``window`` off the lattice: aligned whole windows in one load, and in window
-    A - 1 the rows that fold in another. Only window A - 1 holds folding rows; the others load
-    whole, in a branch of their own, as a mask made of the fold flags costs the compiler its proof
-    of whole 16-lane windows (scalar loads)."""
+    """y's columns of ``window`` off the lattice: aligned whole windows in one load, the rows that
+    fold (window A - 1 only) in another."""
     columns, _, beyond, offset, start = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
-    y_rows = y_ptr + offs_m[:, None] * stride_ym
+    y = tl.load(
+        y_ptr + offs_m[:, None] * stride_ym + columns[None, :] * stride_yk, mask=mask & ~beyond[None, :], other=0.0
+    )
     if window == windows - 1:
-        y = tl.load(y_rows + columns[None, :] * stride_yk, mask=mask & ~beyond[None, :], other=0.0)
-        y += tl.load(y_rows + (start + offset)[None, :] * stride_yk, mask=mask & beyond[None, :], other=0.0)
-    else:
-        y = tl.load(y_rows + columns[None, :] * stride_yk, mask=mask, other=0.0)
+        y += tl.load(
+            y_ptr + offs_m[:, None] * stride_ym + (start + offset)[None, :] * stride_yk,
+            mask=mask & beyond[None, :],
+            other=0.0,
+        )
     return y
 
 

@@ -207,6 +207,7 @@ def _variants():
                         "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
                         "PIPELINED": pipelined,
+                        "ALIGNED_ROWS": nnz != 3,  # both store paths compile
                     },
                 )
             if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
@@ -216,6 +217,7 @@ def _variants():
                     {
                         **const,
                         "BLOCK_M": windowed._WIDE_ROWS,
+                        "ALIGNED_ROWS": True,
                         "GROUPS": 4,
                         "UNROLL": 1,
                         "PROMOTE_EVERY": 0,

@@ -97,6 +97,12 @@ def _fold(out_features: int, nnz: int) -> int:
     return spec.max_fold(out_features, nnz)
 
 
+def _aligned_rows(out: torch.Tensor) -> bool:
+    """Whether the forward's output rows start 16-element aligned, which lets the compiler keep whole
+    windows in stores (``_store_folded``)."""
+    return out.stride(-2) % spec.WINDOW == 0
+
+
 def _spill(n: int, splits: int, nnz: int, fold: int, like: torch.Tensor) -> torch.Tensor:
     """The forward kernels' float32 spill of (splits, n, nnz, 2, fold): each block's first rows and
     the padded rows that fold onto them, which the kernels store apart so that each output is
@@ -498,6 +504,7 @@ def forward(
         BLOCKS=_band_blocks(nnz),
         BANDS=bands,
         FOLDS=fold > 0,
+        ALIGNED_ROWS=_aligned_rows(out),
         FP32_PASSES=fp32_passes,
         DOT_DTYPE=dot_type,
         BLOCK_M=block_m,
