@@ -766,11 +766,10 @@ def _store_folded(
     (2.5x the forward's time in bfloat16). Misaligned rows store scalar anyway, and there the
     branch only cost time (benchmarks/NOTES.md, "Any k")."""
     columns, first, beyond, offset, _ = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
-    out_rows = out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om
     if ALIGNED_ROWS:
         if (window == 0) | (window == windows - 1):
             _store_spilled(
-                out_rows,
+                out_ptr,
                 spill_ptr,
                 values,
                 columns,
@@ -786,15 +785,24 @@ def _store_folded(
                 band,
                 n,
                 fold,
+                stride_om,
                 stride_ok,
+                stride_split,
                 NNZ,
                 BLOCKS,
             )
         else:
-            tl.store(out_rows + columns[None, :] * stride_ok, values.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(
+                out_ptr
+                + pid_s.to(tl.int64) * stride_split
+                + offs_m[:, None] * stride_om
+                + columns[None, :] * stride_ok,
+                values.to(out_ptr.dtype.element_ty),
+                mask=mask,
+            )
     else:
         _store_spilled(
-            out_rows,
+            out_ptr,
             spill_ptr,
             values,
             columns,
@@ -810,7 +818,9 @@ def _store_folded(
             band,
             n,
             fold,
+            stride_om,
             stride_ok,
+            stride_split,
             NNZ,
             BLOCKS,
         )
@@ -818,7 +828,7 @@ def _store_folded(
 
 @triton.jit
 def _store_spilled(
-    out_rows,
+    out_ptr,
     spill_ptr,
     values,
     columns,
@@ -834,7 +844,9 @@ def _store_spilled(
     band,
     n,
     fold,
+    stride_om,
     stride_ok,
+    stride_split,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
 ):
@@ -848,8 +860,8 @@ def _store_spilled(
             mask=mask & (first | beyond)[None, :],
         )
     tl.store(
-        out_rows + columns[None, :] * stride_ok,
-        values.to(out_rows.dtype.element_ty),
+        out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + columns[None, :] * stride_ok,
+        values.to(out_ptr.dtype.element_ty),
         mask=mask & ~(first | beyond)[None, :],
     )
 
