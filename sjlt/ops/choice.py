@@ -6,8 +6,8 @@ steered by two flags in :mod:`sjlt.backends`:
 - ``deterministic`` (default True): the choice is a fixed rule of the call's configuration, so
   the same call gives the same bits run to run. The rule (justified by the sweep in
   benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound calls (little
-  matmul work) whose S is small, and for half-precision inputs with k <= 512 whose S fits the cache budget, where
-  cuBLAS runs near the memory roofline; the kernel otherwise.
+  matmul work) whose S is small, and for half-precision inputs with k <= 512 whose S fits the
+  cache budget, where cuBLAS runs near the memory roofline; the kernel otherwise.
 - ``benchmark`` (default False): with ``deterministic=False``, the first call of each
   configuration times every eligible algorithm and the fastest is used for that configuration for
   the rest of the process. Timing noise can then pick differently in another run, which is why
