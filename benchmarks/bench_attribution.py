@@ -7,8 +7,10 @@ tokens with its language-model loss.
 (a) **Featurize step vs projection.** TRAK's featurize step computes the per-example gradients of
     a batch with ``torch.func`` (``vmap`` over ``grad``, all parameters at once, a dict of
     (batch, ...) tensors), then projects them. The script times the gradient computation and
-    ``SJLTProjector.project`` of that dict at each k (parameter by parameter, with column offsets),
-    and reports the projection's share of the step: TRAK's goal is under 10%.
+    ``SJLTProjector.project`` of that dict at each k (one grouped launch over all parameters, with
+    their column offsets), beside one ``sparse_jl`` call per parameter, for float32 gradients
+    (exact, and under ``torch.set_float32_matmul_precision("high")``) and a bfloat16 model, and
+    reports the projection's share of the step: TRAK's goal is under 10%.
 (b) **Memory.** ``sjlt.attribution.project_per_example_gradients`` (one group of parameters at a
     time, ``--budget-mib`` of per-example gradients at once) against the naive path (all
     per-example gradients, flattened into (batch, 124M) with ``torch.cat``, then projected): peak
@@ -38,7 +40,14 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 import sjlt
-from sjlt.attribution import SJLTProjector, project_per_example_gradients
+from sjlt.attribution import SJLTProjector, project_gradient_blocks, project_per_example_gradients
+
+#: (label, model dtype, torch.get_float32_matmul_precision()) of the featurize table's rows.
+VARIANTS = {
+    "float32": (torch.float32, "highest"),
+    "float32-high": (torch.float32, "high"),
+    "bfloat16": (torch.bfloat16, "highest"),
+}
 
 
 def parse_args(argv=None):
@@ -49,7 +58,12 @@ def parse_args(argv=None):
         help="a tiny GPT-2 (1 layer, width 32) on CPU with tiny sizes: checks the script",
     )
     parser.add_argument("--device", default=None, help="default: cuda (cpu with --smoke)")
-    parser.add_argument("--batch", type=int, default=16, help="examples per featurize step (a)")
+    parser.add_argument("--batches", default="16,32", help="examples per featurize step (a)")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"gradient dtypes and float32 precisions of (a): {list(VARIANTS)}",
+    )
     parser.add_argument("--seq", type=int, default=128, help="tokens per example")
     parser.add_argument("--ks", default="2048,4096,8192", help="projection dimensions for (a)")
     parser.add_argument("--memory-batches", default="16,64", help="batch sizes for (b)")
@@ -65,10 +79,15 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.smoke:
         args.device = args.device or "cpu"
-        args.batch, args.seq, args.ks, args.memory_batches, args.memory_k = 3, 8, "16,32", "2,3", 16
+        args.batches, args.seq, args.ks, args.memory_batches, args.memory_k = "3", 8, "16,32", "2,3", 16
         args.budget_mib, args.repeats = 1, 1
     args.device = torch.device(args.device or "cuda")
     args.ks = [int(k) for k in args.ks.split(",")]
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.variants = args.variants.split(",")
+    unknown = set(args.variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"--variants takes {list(VARIANTS)}, got {sorted(unknown)}")
     args.memory_batches = [int(b) for b in args.memory_batches.split(",")]
     return args
 
@@ -118,22 +137,60 @@ def timed(fn, device: torch.device, repeats: int):
     return statistics.median(seconds), result
 
 
+def copy_bandwidth(device: torch.device) -> float | None:
+    """Bytes per second of a 1 GiB device-to-device copy (read + write), median of 5, or None off CUDA."""
+    if device.type != "cuda":
+        return None
+    src = torch.randn(2**28, device=device)
+    dst = torch.empty_like(src)
+    seconds, _ = timed(lambda: dst.copy_(src), device, 5)
+    return 2 * src.numel() * 4 / seconds
+
+
 def featurize_table(model, args) -> str:
     grad_dim = sum(p.numel() for p in model.parameters())
-    tokens = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), device=args.device)
-    gradient_seconds, grads = timed(lambda: all_gradients(model, tokens), args.device, args.repeats)
-    dtypes = sorted({str(g.dtype).removeprefix("torch.") for g in grads.values()})
+    bandwidth = copy_bandwidth(args.device)
     lines = [
-        f"(a) featurize step, batch {args.batch} x {args.seq} tokens, grad_dim {grad_dim:,} ({', '.join(dtypes)} "
-        f"gradients as a dict of {len(grads)} tensors): per-example gradients {gradient_seconds * 1e3:.1f} ms",
+        f"(a) featurize step: per-example gradients of {args.seq}-token examples (torch.func, all "
+        f"{grad_dim:,} parameters, a dict of {len(list(model.parameters()))} tensors), then "
+        f"`SJLTProjector.project` of the dict: one grouped launch (`sparse_jl_blocks`), and, for "
+        f"comparison, one `sparse_jl` per parameter (`project_gradient_blocks`). Floor: the "
+        f"gradients' bytes over the measured copy bandwidth"
+        + (f" ({bandwidth / 1e9:.0f} GB/s)" if bandwidth else "")
+        + "; share: projection / (gradients + projection), TRAK's goal under 10%.",
         "",
-        "| k | projection ms | projection share of the step |",
-        "|---|---|---|",
+        "| gradients | batch | gradients ms | k | projection ms | % of floor | share | per parameter ms | share |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for k in args.ks:
-        projector = SJLTProjector(grad_dim, k, seed=0, device=args.device)
-        seconds, _ = timed(lambda: projector.project(grads, 0), args.device, args.repeats)
-        lines.append(f"| {k} | {seconds * 1e3:.1f} | {100 * seconds / (seconds + gradient_seconds):.1f}% |")
+    for label in args.variants:
+        dtype, precision = VARIANTS[label]
+        typed = model.to(dtype)
+        for batch in args.batches:
+            tokens = torch.randint(0, model.config.vocab_size, (batch, args.seq), device=args.device)
+            gradient_seconds, grads = timed(lambda: all_gradients(typed, tokens), args.device, args.repeats)
+            floor = sum(g.numel() * g.element_size() for g in grads.values()) / bandwidth if bandwidth else None
+            previous = torch.get_float32_matmul_precision()
+            torch.set_float32_matmul_precision(precision)
+            try:
+                for k in args.ks:
+                    projector = SJLTProjector(grad_dim, k, seed=0, device=args.device)
+                    seconds, _ = timed(lambda: projector.project(grads, 0), args.device, args.repeats)
+                    blocks = projector._blocks(grads)
+                    per_parameter, _ = timed(
+                        lambda: project_gradient_blocks(blocks, k, seed=0, device=args.device),
+                        args.device,
+                        args.repeats,
+                    )
+                    lines.append(
+                        f"| {label} | {batch} | {gradient_seconds * 1e3:.1f} | {k} | {seconds * 1e3:.2f} | "
+                        + (f"{100 * floor / seconds:.0f}%" if floor else "n/a")
+                        + f" | {100 * seconds / (seconds + gradient_seconds):.1f}% | {per_parameter * 1e3:.1f} | "
+                        f"{100 * per_parameter / (per_parameter + gradient_seconds):.1f}% |"
+                    )
+            finally:
+                torch.set_float32_matmul_precision(previous)
+            grads = blocks = None  # before the next batch's gradients
+    model.to(torch.float32)
     return "\n".join(lines)
 
 

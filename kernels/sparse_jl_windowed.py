@@ -867,58 +867,49 @@ def _store_spilled(
 
 
 @triton.jit
-def sparse_jl_windowed_forward_kernel(
+def _segment(segments_ptr, segment, x_ptr, MULTIPLE: tl.constexpr):
+    """Segment ``segment`` of a grouped launch (``windowed.forward_blocks``): (its block's x, d,
+    column offset, row stride, first group, end group). A row of the int64 segment table holds the
+    block's element offset from ``x_ptr``, then those values; MULTIPLE (1 or 16) divides every
+    offset, d, column offset and row stride of the launch, which keeps the loads vectorised."""
+    row = segments_ptr + segment * 6
+    x = x_ptr + tl.multiple_of(tl.load(row), MULTIPLE)
+    d = tl.multiple_of(tl.load(row + 1), MULTIPLE)
+    column_offset = tl.multiple_of(tl.load(row + 2), MULTIPLE)
+    stride_xm = tl.multiple_of(tl.load(row + 3), MULTIPLE)
+    return x, d, column_offset, stride_xm, tl.load(row + 4).to(tl.int32), tl.load(row + 5).to(tl.int32)
+
+
+@triton.jit
+def _forward_run(
+    acc,
     x_ptr,
-    words_ptr,
-    rotations_ptr,
-    out_ptr,
-    spill_ptr,
-    n,
+    g_begin,
+    g_end,
     d,
     column_offset,
-    group_base,
-    groups,
-    groups_per_split,
-    windows,
-    scale,
-    out_features,
-    fold,
     stride_xm,
     stride_xd,
-    stride_om,
-    stride_ok,
-    stride_split,
+    words_ptr,
+    rotations_ptr,
+    window,
+    windows,
+    band,
+    group_base,
+    offs_m,
+    mask_m,
+    offs_q,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
-    FOLDS: tl.constexpr,
-    ALIGNED_ROWS: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    WIDTH: tl.constexpr,
     GROUPS: tl.constexpr,
     UNROLL: tl.constexpr,
     PROMOTE_EVERY: tl.constexpr,
     PIPELINED: tl.constexpr,
 ):
-    """out[split, m, window a of every block of one band] for this split's groups. Grid:
-    (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
-    sharing a row tile run together (the BANDS siblings of a window read X's chunks in a different
-    order, through L2). BLOCKS = min(NNZ, 8) blocks per band; WIDTH is 16 * BLOCKS rounded up to a
-    power of two. Each step takes GROUPS groups in one dot and UNROLL (1 or 2) such dots: a lone
-    16-column chunk per step left the kernel latency-bound (benchmarks/NOTES.md). With one split
-    ``out`` is Y; otherwise a float32 workspace the caller sums in a fixed order.
-
-    PROMOTE_EVERY > 0 sums runs of that many steps in a fresh tensor-core accumulator and adds each
-    run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
-    truncates, so over hundreds of steps into one accumulator its error grows to 1.7e-5 of the
-    output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
-    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
-    offs_q = tl.arange(0, WIDTH)
-    acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
-    g_begin = pid_s * groups_per_split
-    g_end = tl.minimum(g_begin + groups_per_split, groups)
+    """acc + the tile products of groups [g_begin, g_end) of x (see the forward kernel)."""
     if PROMOTE_EVERY == 0:
         acc = _sum_steps(
             acc,
@@ -951,7 +942,7 @@ def sparse_jl_windowed_forward_kernel(
         for first in range(g_begin, g_end, GROUPS * UNROLL * PROMOTE_EVERY):
             run_end = tl.minimum(first + GROUPS * UNROLL * PROMOTE_EVERY, g_end)
             acc += _sum_steps(
-                tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32),
+                tl.zeros_like(acc),
                 x_ptr,
                 words_ptr,
                 rotations_ptr,
@@ -977,6 +968,113 @@ def sparse_jl_windowed_forward_kernel(
                 UNROLL,
                 PIPELINED,
             )
+    return acc
+
+
+@triton.jit
+def sparse_jl_windowed_forward_kernel(
+    x_ptr,
+    words_ptr,
+    rotations_ptr,
+    out_ptr,
+    spill_ptr,
+    segments_ptr,
+    split_segments_ptr,
+    n,
+    d,
+    column_offset,
+    group_base,
+    groups,
+    groups_per_split,
+    windows,
+    scale,
+    out_features,
+    fold,
+    stride_xm,
+    stride_xd,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    FOLDS: tl.constexpr,
+    ALIGNED_ROWS: tl.constexpr,
+    SEGMENTS: tl.constexpr,
+    SEGMENT_MULTIPLE: tl.constexpr,
+    FP32_PASSES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    WIDTH: tl.constexpr,
+    GROUPS: tl.constexpr,
+    UNROLL: tl.constexpr,
+    PROMOTE_EVERY: tl.constexpr,
+    PIPELINED: tl.constexpr,
+):
+    """out[split, m, window a of every block of one band] for this split's groups. Grid:
+    (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
+    sharing a row tile run together (the BANDS siblings of a window read X's chunks in a different
+    order, through L2). BLOCKS = min(NNZ, 8) blocks per band; WIDTH is 16 * BLOCKS rounded up to a
+    power of two. Each step takes GROUPS groups in one dot and UNROLL (1 or 2) such dots: a lone
+    16-column chunk per step left the kernel latency-bound (benchmarks/NOTES.md). With one split
+    ``out`` is Y; otherwise a float32 workspace the caller sums in a fixed order.
+
+    PROMOTE_EVERY > 0 sums runs of that many steps in a fresh tensor-core accumulator and adds each
+    run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
+    truncates, so over hundreds of steps into one accumulator its error grows to 1.7e-5 of the
+    output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
+    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
+    offs_q = tl.arange(0, WIDTH)
+    acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
+    run = (words_ptr, rotations_ptr, window, windows, band, group_base, offs_m, mask_m, offs_q)
+    if SEGMENTS:
+        for segment in range(tl.load(split_segments_ptr + pid_s), tl.load(split_segments_ptr + pid_s + 1)):
+            x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(
+                segments_ptr, segment, x_ptr, SEGMENT_MULTIPLE
+            )
+            acc = _forward_run(
+                acc,
+                x_seg,
+                g_begin,
+                g_end,
+                d_seg,
+                offset_seg,
+                stride_seg,
+                1,
+                *run,
+                NNZ,
+                BLOCKS,
+                BANDS,
+                FP32_PASSES,
+                DOT_DTYPE,
+                GROUPS,
+                UNROLL,
+                PROMOTE_EVERY,
+                PIPELINED,
+            )
+    else:
+        g_begin = pid_s * groups_per_split
+        g_end = tl.minimum(g_begin + groups_per_split, groups)
+        acc = _forward_run(
+            acc,
+            x_ptr,
+            g_begin,
+            g_end,
+            d,
+            column_offset,
+            stride_xm,
+            stride_xd,
+            *run,
+            NNZ,
+            BLOCKS,
+            BANDS,
+            FP32_PASSES,
+            DOT_DTYPE,
+            GROUPS,
+            UNROLL,
+            PROMOTE_EVERY,
+            PIPELINED,
+        )
     _store_window(
         out_ptr,
         spill_ptr,
@@ -1149,56 +1247,38 @@ def _store_block(
 
 
 @triton.jit
-def sparse_jl_windowed_shuffle_forward_kernel(
+def _shuffle_run(
+    a0,
+    a1,
+    a2,
+    a3,
+    a4,
+    a5,
+    a6,
+    a7,
     x_ptr,
-    words_ptr,
-    rotations_ptr,
-    out_ptr,
-    spill_ptr,
-    n,
+    g_begin,
+    g_end,
     d,
     column_offset,
-    group_base,
-    groups,
-    groups_per_split,
-    windows,
-    scale,
-    out_features,
-    fold,
     stride_xm,
     stride_xd,
-    stride_om,
-    stride_ok,
-    stride_split,
+    words_ptr,
+    rotations_ptr,
+    window,
+    windows,
+    band,
+    group_base,
+    offs_m,
+    mask_m,
+    lanes,
+    zeros_m,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
-    FOLDS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
 ):
-    """The forward's output as ``sparse_jl_windowed_forward_kernel`` writes it (same grid, same
-    splits), on the CUDA cores. A block's signed-permutation tile only moves and signs a chunk's 16
-    columns, so a program loads each chunk once, in order, and for every block of its band adds
-    sign * x[:, u XOR m] to that block's 16 accumulator columns, moving the values between the lanes
-    that hold a row with warp shuffles. No tile is built and no dot taken: the work per input
-    element (8 shuffles and multiply-adds per band) does not depend on the rows per program, where
-    the tile kernel's tile build serves only BLOCK_M rows; and float32 sums are exact float32
-    additions, with no three-way split and no truncating tensor-core accumulator. Per step one
-    group, pipelined in registers: the chunk and words a step ahead, the chunk index two.
-    Loading X's columns in permuted order instead ran 10-35x slower (benchmarks/NOTES.md)."""
-    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
-    lanes = tl.arange(0, WINDOW)
-    zeros_m = tl.zeros_like(offs_m).to(tl.int32)
-    a0 = tl.zeros((BLOCK_M, WINDOW), dtype=tl.float32)
-    a1 = a0
-    a2 = a0
-    a3 = a0
-    a4 = a0
-    a5 = a0
-    a6 = a0
-    a7 = a0
-    g_begin = pid_s * groups_per_split
-    g_end = tl.minimum(g_begin + groups_per_split, groups)
+    """The eight block accumulators plus the terms of groups [g_begin, g_end) of x (see the
+    CUDA-core forward kernel)."""
     last = g_end - 1
     chunk = _window_chunk(rotations_ptr, g_begin, window, windows, band, BANDS)
     x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(
@@ -1251,6 +1331,96 @@ def sparse_jl_windowed_shuffle_forward_kernel(
         a6 = _shuffle_term(a6, x, w6, 6, lanes, zeros_m, BLOCKS)
         a7 = _shuffle_term(a7, x, w7, 7, lanes, zeros_m, BLOCKS)
         x, w0, w1, w2, w3, w4, w5, w6, w7 = x_1, v0, v1, v2, v3, v4, v5, v6, v7
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
+def sparse_jl_windowed_shuffle_forward_kernel(
+    x_ptr,
+    words_ptr,
+    rotations_ptr,
+    out_ptr,
+    spill_ptr,
+    segments_ptr,
+    split_segments_ptr,
+    n,
+    d,
+    column_offset,
+    group_base,
+    groups,
+    groups_per_split,
+    windows,
+    scale,
+    out_features,
+    fold,
+    stride_xm,
+    stride_xd,
+    stride_om,
+    stride_ok,
+    stride_split,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    FOLDS: tl.constexpr,
+    SEGMENTS: tl.constexpr,
+    SEGMENT_MULTIPLE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """The forward's output as ``sparse_jl_windowed_forward_kernel`` writes it (same grid, same
+    splits), on the CUDA cores. A block's signed-permutation tile only moves and signs a chunk's 16
+    columns, so a program loads each chunk once, in order, and for every block of its band adds
+    sign * x[:, u XOR m] to that block's 16 accumulator columns, moving the values between the lanes
+    that hold a row with warp shuffles. No tile is built and no dot taken: the work per input
+    element (8 shuffles and multiply-adds per band) does not depend on the rows per program, where
+    the tile kernel's tile build serves only BLOCK_M rows; and float32 sums are exact float32
+    additions, with no three-way split and no truncating tensor-core accumulator. Per step one
+    group, pipelined in registers: the chunk and words a step ahead, the chunk index two.
+    Loading X's columns in permuted order instead ran 10-35x slower (benchmarks/NOTES.md)."""
+    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
+    lanes = tl.arange(0, WINDOW)
+    zeros_m = tl.zeros_like(offs_m).to(tl.int32)
+    a0 = tl.zeros((BLOCK_M, WINDOW), dtype=tl.float32)
+    a1 = a0
+    a2 = a0
+    a3 = a0
+    a4 = a0
+    a5 = a0
+    a6 = a0
+    a7 = a0
+    accs = (a0, a1, a2, a3, a4, a5, a6, a7)
+    run = (words_ptr, rotations_ptr, window, windows, band, group_base, offs_m, mask_m, lanes, zeros_m)
+    if SEGMENTS:
+        for segment in range(tl.load(split_segments_ptr + pid_s), tl.load(split_segments_ptr + pid_s + 1)):
+            x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(
+                segments_ptr, segment, x_ptr, SEGMENT_MULTIPLE
+            )
+            a0, a1, a2, a3, a4, a5, a6, a7 = _shuffle_run(
+                a0,
+                a1,
+                a2,
+                a3,
+                a4,
+                a5,
+                a6,
+                a7,
+                x_seg,
+                g_begin,
+                g_end,
+                d_seg,
+                offset_seg,
+                stride_seg,
+                1,
+                *run,
+                NNZ,
+                BLOCKS,
+                BANDS,
+            )
+    else:
+        g_begin = pid_s * groups_per_split
+        g_end = tl.minimum(g_begin + groups_per_split, groups)
+        a0, a1, a2, a3, a4, a5, a6, a7 = _shuffle_run(
+            *accs, x_ptr, g_begin, g_end, d, column_offset, stride_xm, stride_xd, *run, NNZ, BLOCKS, BANDS
+        )
     # eight accumulators and stores, one per block: Triton has no arrays of tensors
     tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features, fold)
     tile = tile + (stride_om, stride_ok, stride_split)

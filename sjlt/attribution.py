@@ -200,15 +200,14 @@ class SJLTProjector(_ProjectorBase):
         per-parameter gradients, with model ``model_id``'s matrix."""
         seed = model_seed(self.seed, model_id)
         blocks = self._blocks(grads)
-        out = project_gradient_blocks(
-            blocks,
-            self.proj_dim,
-            seed=seed,
-            nnz=self.nnz,
-            column_offset=self.column_offset,
-            device=self.device,
-            backend=self.backend,
-        )
+        device = self.device if self.device is not None else blocks[0][1].device
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        settings = dict(seed=seed, nnz=self.nnz, column_offset=self.column_offset, backend=self.backend)
+        if all(block.device == device for _, block in blocks):
+            out = F.sparse_jl_blocks(blocks, self.proj_dim, **settings)  # one launch on a GPU
+        else:  # moved to the device one block at a time
+            out = project_gradient_blocks(blocks, self.proj_dim, device=device, **settings)
         if not self.preserve_norm:
             out *= math.sqrt(self.proj_dim)
         return out.to(self.dtype)

@@ -16,7 +16,7 @@ from .ops import dropout as _dropout_ops  # noqa: F401  (registers torch.ops.sjl
 from .ops import sparse_jl as _sparse_jl_ops
 from .ops._launch import KERNEL_DTYPES
 
-__all__ = ["sparse_jl", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
+__all__ = ["sparse_jl", "sparse_jl_blocks", "sparse_jl_transpose", "sparse_jl_matrix", "seeded_dropout"]
 
 
 def check_input(x, name: str, *, complex_ok: bool) -> None:
@@ -114,6 +114,98 @@ def sparse_jl(
     k = spec.check_dimension(out_features, "out_features")
     check_output_fits(x, k, "out_features")
     return _projection(_sparse_jl_ops.sparse_jl_op, dense.forward, x, k, seed, nnz, column_offset, backend, k)
+
+
+def sparse_jl_blocks(
+    blocks,
+    out_features: int,
+    *,
+    seed: int,
+    nnz: int | None = None,
+    column_offset: int = 0,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """The float32 (n, out_features) projection of a (n, columns) matrix given as column blocks,
+    which is never built: ``blocks`` are pairs (first column, (n, d) tensor), and the result is the
+    sum over them of ``sparse_jl(x, out_features, seed=seed, nnz=nnz, column_offset=column_offset +
+    first)``, accumulated in float32. For per-parameter gradients (``sjlt.attribution``) and other
+    inputs that live in many tensors.
+
+    On a GPU the blocks of one dtype whose S has the windowed layout share one table launch and one
+    kernel launch (a grouped launch), where a call per block would pay its host-side cost per block.
+    The grouped sum rounds differently from the per-block one but is bitwise reproducible. Blocks
+    that need a gradient (with grad mode on) or have a non-unit column stride, lone blocks, and
+    other devices take ``sparse_jl`` per block, which is differentiable.
+    """
+    if isinstance(blocks, torch.Tensor) or not hasattr(blocks, "__iter__"):
+        raise TypeError(f"blocks must be a sequence of (first column, tensor) pairs, got {type(blocks).__name__}")
+    blocks = list(blocks)
+    if not blocks:
+        raise ValueError("blocks is empty; pass at least one (first column, tensor) pair")
+    k = spec.check_dimension(out_features, "out_features")
+    key0, key1, nnz, column_offset = _settings(seed, nnz, k, column_offset, backend)
+    checked = []
+    for index, pair in enumerate(blocks):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"blocks[{index}] must be a (first column, tensor) pair, got {type(pair).__name__}")
+        first, x = pair
+        check_input(x, f"blocks[{index}]", complex_ok=False)
+        first = check_column_offset(first)
+        if x.dim() != 2:
+            raise ValueError(f"blocks[{index}] must be 2-D (n, d), got shape {tuple(x.shape)}; reshape it first")
+        if x.shape[0] != blocks[0][1].shape[0] or x.device != blocks[0][1].device:
+            raise ValueError(
+                f"blocks[{index}] is {tuple(x.shape)} on {x.device} but blocks[0] is "
+                f"{tuple(blocks[0][1].shape)} on {blocks[0][1].device}; every block needs the same "
+                f"rows n on the same device"
+            )
+        checked.append((first, x))
+    check_output_fits(checked[0][1], k, "out_features")
+    out = torch.zeros(checked[0][1].shape[0], k, dtype=torch.float32, device=checked[0][1].device)
+    grouped: dict = {}
+    for first, x in checked:
+        if _groupable(x, k, nnz, backend):
+            grouped.setdefault(x.dtype, []).append((first, x))
+        elif x.shape[1]:
+            out += sparse_jl(x, k, seed=seed, nnz=nnz, column_offset=column_offset + first, backend=backend)
+    for group in grouped.values():
+        for run in _column_runs(group):
+            if len(run) == 1:
+                first, x = run[0]
+                out += sparse_jl(x, k, seed=seed, nnz=nnz, column_offset=column_offset + first, backend=backend)
+            else:
+                out += layouts.triton_forward_blocks(run, k, key0, key1, nnz, column_offset)
+    return out
+
+
+#: Most columns between two blocks of one grouped launch: its table spans the gap too (nnz / 4
+#: bytes per column).
+_GROUPED_GAP_COLUMNS = 1 << 20
+
+
+def _column_runs(blocks: list) -> list[list]:
+    """``blocks`` in column order, cut where a gap between them exceeds _GROUPED_GAP_COLUMNS."""
+    runs, end = [], None
+    for first, x in sorted(blocks, key=lambda pair: pair[0]):
+        if end is None or first - end > _GROUPED_GAP_COLUMNS:
+            runs.append([])
+            end = first
+        runs[-1].append((first, x))
+        end = max(end, first + x.shape[1])
+    return runs
+
+
+def _groupable(x: torch.Tensor, k: int, nnz: int, backend: str) -> bool:
+    """Whether block ``x`` can join a grouped launch (:func:`sparse_jl_blocks`)."""
+    return (
+        spec.is_windowed(k, nnz)
+        and x.shape[0] > 0
+        and x.shape[1] > 0
+        and x.stride(1) == 1
+        and not (x.requires_grad and torch.is_grad_enabled())
+        and not torch.compiler.is_compiling()
+        and use_triton(backend, x, supports_dtype=x.dtype in KERNEL_DTYPES)
+    )
 
 
 def sparse_jl_transpose(

@@ -91,6 +91,28 @@ def test_dict_of_parameter_gradients_equals_the_flat_tensor(dtype, rng):
         torch.testing.assert_close(from_dict, from_flat, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_dict_on_the_kernel_path_is_one_grouped_launch(dtype, kernel_device, monkeypatch, rng):
+    """On the GPU (here: the kernels in the interpreter) TRAK's dict of per-parameter gradients is
+    projected by one launch over all parameters, at their column offsets."""
+    from sjlt.ops import layouts
+
+    launches = []
+    grouped = layouts.triton_forward_blocks
+    monkeypatch.setattr(
+        layouts, "triton_forward_blocks", lambda blocks, *a: launches.append(len(blocks)) or grouped(blocks, *a)
+    )
+    n, k = 5, 256
+    shapes = {"embed.weight": (50, 16), "embed.bias": (1,), "fc.weight": (7, 33), "fc.bias": (7,), "head": (3, 100)}
+    grads = {name: torch.randn(n, *shape, generator=rng).to(dtype).to(kernel_device) for name, shape in shapes.items()}
+    flat = torch.cat([g.reshape(n, -1).cpu() for g in grads.values()], 1)
+    projector = A.SJLTProjector(flat.shape[1], k, seed=_seed(rng), device=kernel_device, backend="triton")
+    got = projector.project(grads, 2)
+    assert launches == [len(grads)]
+    want = _expected(flat.double(), k, A.model_seed(projector.seed, 2), scale=math.sqrt(k))
+    _assert_close(got.cpu(), want, dtype)
+
+
 def test_any_batch_size_including_one_and_zero(rng):
     projector = A.SJLTProjector(90, 16, seed=_seed(rng))
     for n in (0, 1, 33):

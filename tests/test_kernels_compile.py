@@ -77,6 +77,13 @@ def _transpose_variants(dtype, out_type, common, const, add_partial, paired, tra
         )
 
 
+def _segments(nnz, block_m):
+    """SEGMENTS and SEGMENT_MULTIPLE of a forward variant: grouped launches (``forward_blocks``)
+    aligned and unaligned in some variants, single launches in the others."""
+    grouped = {(16, 32): 16, (8, 128): 1, (3, 32): 1, (1, 16): 16}.get((nnz, block_m))
+    return {"SEGMENTS": grouped is not None, "SEGMENT_MULTIPLE": grouped or 1}
+
+
 def _variants():
     """(kernel name, signature, constexprs) for every specialisation the launchers can produce."""
     import torch
@@ -185,6 +192,8 @@ def _variants():
                 "x_ptr": f"*{dtype}",
                 "out_ptr": f"*{dtype}",
                 "spill_ptr": "*fp32",
+                "segments_ptr": "*i64",
+                "split_segments_ptr": "*i32",
                 **common,
                 "out_features": I32,
                 "fold": I32,
@@ -208,6 +217,7 @@ def _variants():
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
                         "PIPELINED": pipelined,
                         "ALIGNED_ROWS": nnz != 3,  # both store paths compile
+                        **_segments(nnz, block_m),
                     },
                 )
             if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
@@ -222,6 +232,7 @@ def _variants():
                         "UNROLL": 1,
                         "PROMOTE_EVERY": 0,
                         "PIPELINED": True,
+                        **_segments(nnz, block_m),
                     },
                 )
             if dtype == "fp32" and passes == 3 and block_m in (32, 16):  # the CUDA-core forward (_shuffles)
@@ -229,7 +240,8 @@ def _variants():
                     "sparse_jl_windowed_shuffle_forward_kernel",
                     forward_signature,
                     {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "FOLDS", "BLOCK_M")}
-                    | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const},
+                    | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const}
+                    | _segments(nnz, block_m),
                 )
             # The transpose: one launch for one band, or for two (PAIRED) where runs are long; else
             # band passes that store, then add to float32 sums (a half type's workspace until the

@@ -181,3 +181,71 @@ def test_reference_forward_matches_the_dense_float64_matrix(rng):
     x = torch.randn(6, 33, generator=rng, dtype=torch.float64)
     y = reference.sparse_jl_forward(x, 11, seed=5, nnz=2)
     assert torch.allclose(y, x @ _dense_matrix(33, 11, 5, nnz=2).T)
+
+
+def _ragged_blocks(rng, n, widths, device, dtype=torch.float32):
+    blocks, first = [], 0
+    for width in widths:
+        blocks.append((first, torch.randn(n, width, generator=rng).to(dtype).to(device)))
+        first += width
+    return blocks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("k", [24, 300])  # classic layout (per block), windowed (grouped on a GPU)
+def test_sparse_jl_blocks_is_the_projection_of_the_concatenation(backend, k, kernel_device, rng):
+    blocks = _ragged_blocks(rng, 5, [17, 1, 256, 90], kernel_device)
+    blocks.append((400, torch.randn(5, 30, generator=rng).to(kernel_device)))  # after a gap of 36 columns
+    full = torch.zeros(5, 430, dtype=torch.float64)
+    for first, x in blocks:
+        full[:, first : first + x.shape[1]] = x.double().cpu()
+    got = F.sparse_jl_blocks(blocks, k, seed=7, column_offset=2**33 + 3, backend=backend)
+    assert got.dtype == torch.float32 and got.shape == (5, k)
+    want = full @ _dense_matrix(430, k, 7, offset=2**33 + 3).T
+    assert torch.allclose(got.double().cpu(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_sparse_jl_blocks_groups_one_launch_per_dtype_and_run(monkeypatch, kernel_device, rng):
+    """On the kernel path the windowed blocks of each dtype share a launch, cut where a gap would
+    make the table span too many columns; a lone block takes sparse_jl."""
+    from sjlt.ops import layouts
+
+    launches = []
+    grouped = layouts.triton_forward_blocks
+    monkeypatch.setattr(
+        layouts, "triton_forward_blocks", lambda blocks, *a: launches.append(len(blocks)) or grouped(blocks, *a)
+    )
+    blocks = _ragged_blocks(rng, 3, [40, 7, 100], kernel_device)
+    blocks += [(first + 200, x.to(torch.bfloat16)) for first, x in _ragged_blocks(rng, 3, [33, 64], kernel_device)]
+    far = F._GROUPED_GAP_COLUMNS + 400
+    blocks += [(far, torch.randn(3, 20, generator=rng).to(kernel_device))]
+    got = F.sparse_jl_blocks(blocks, 256, seed=1, backend="triton")
+    assert sorted(launches) == [2, 3]  # float32 [0, 147), bfloat16 [200, 297); the far block alone
+    want = sum(F.sparse_jl(x.float(), 256, seed=1, column_offset=first, backend="torch") for first, x in blocks)
+    assert torch.allclose(got.cpu(), want.cpu(), atol=1e-5, rtol=1e-5)
+
+
+def test_sparse_jl_blocks_is_differentiable_where_a_block_needs_a_gradient(kernel_device, rng):
+    blocks = _ragged_blocks(rng, 4, [30, 50], kernel_device)
+    leaf = blocks[1][1].clone().requires_grad_()
+    out = F.sparse_jl_blocks([blocks[0], (30, leaf)], 64, seed=2, backend="triton")
+    (out * torch.arange(64.0, device=kernel_device)).sum().backward()
+    want = F.sparse_jl_transpose(torch.arange(64.0, device=kernel_device).expand(4, 64), 50, seed=2, column_offset=30)
+    assert torch.allclose(leaf.grad, want, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "blocks,error,match",
+    [
+        ([], ValueError, "empty"),
+        (torch.zeros(3, 4), TypeError, "sequence"),
+        ([torch.zeros(3, 4)], TypeError, "pair"),
+        ([(0, torch.zeros(3, 4, dtype=torch.int32))], TypeError, "floating-point"),
+        ([(0, torch.zeros(3, 4, 2))], ValueError, "2-D"),
+        ([(-1, torch.zeros(3, 4))], ValueError, "column_offset"),
+        ([(0, torch.zeros(3, 4)), (4, torch.zeros(2, 4))], ValueError, "same rows"),
+    ],
+)
+def test_sparse_jl_blocks_bad_arguments(blocks, error, match):
+    with pytest.raises(error, match=match):
+        F.sparse_jl_blocks(blocks, 8, seed=0)

@@ -651,3 +651,69 @@ def test_float32_precision_modes(k, nnz, kernel_device, rng, monkeypatch):
     finally:
         torch.set_float32_matmul_precision(previous)
     assert errors["medium"] > 10 * errors["highest"], errors  # the modes really change the arithmetic
+
+
+# Grouped launches (windowed.forward_blocks): (n, k, nnz, block widths, column offset, seed). Blocks
+# sit side by side from column 7, with a gap of three columns before the last.
+BLOCK_SHAPES = [
+    (3, 64, 4, (43, 320, 1, 264), 5, 11),  # A = 1, a one-column block
+    (5, 100, 2, (135, 320, 244), 2**33 + 7, 2**64 - 1),  # folded rows, offset above 2**32
+    (2, 300, 16, (400, 16, 33, 512), 3, 21),  # two bands, folded rows
+    (40, 256, 4, (700, 5), 2**31 - 3, 99),  # two row tiles
+]
+
+
+def _blocks_side_by_side(rng, n, widths, dtype, device, aligned=False):
+    """(blocks, the (n, end) matrix they are columns of, zeros elsewhere): each block a slice of a
+    wider buffer (row stride > d, unaligned start) unless ``aligned``."""
+    blocks, first = [], 7 if not aligned else 16
+    full = torch.zeros(n, first + sum(widths) + 3, dtype=torch.float64)
+    for index, width in enumerate(widths):
+        first += 3 if index == len(widths) - 1 and not aligned else 0
+        start = 0 if aligned else int(torch.randint(0, 3, (), generator=rng))
+        buffer = torch.randn(n, width + (0 if aligned else 5), generator=rng).to(dtype)
+        block = buffer[:, start : start + width]
+        full[:, first : first + width] = block.double()
+        blocks.append((first, block.to(device) if aligned else buffer.to(device)[:, start : start + width]))
+        first += width
+    return blocks, full
+
+
+@pytest.mark.parametrize(
+    *grid(
+        {
+            "n,k,nnz,widths,offset,seed": BLOCK_SHAPES,
+            # the CUDA-core forward (shuffle) serves exact float32 only (windowed._shuffles)
+            "dtype,shuffle,splits": [
+                (F32, None, None),
+                (F32, False, 3),
+                (F32, True, 4),
+                (BF16, None, None),
+                (BF16, False, 3),
+                (F16, False, 2),
+            ],
+        },
+        fast=[{"dtype,shuffle,splits": (F32, True, 4)}, {"dtype,shuffle,splits": (BF16, False, 3)}],
+    )
+)
+def test_grouped_forward_matches_reference(kernel_device, rng, dtype, shuffle, splits, n, k, nnz, widths, offset, seed):
+    """One launch over ragged blocks at their column offsets equals the projection of the matrix
+    they are columns of, split runs crossing block boundaries included, on either kernel."""
+    blocks, full = _blocks_side_by_side(rng, n, widths, dtype, kernel_device)
+    want = reference.sparse_jl_forward(full, k, seed=seed, nnz=nnz, column_offset=offset)
+    tiling = Tiling(splits=splits, shuffle=shuffle)
+    got = windowed.forward_blocks(blocks, k, *_key(seed), nnz, offset, tiling)
+    assert got.dtype == torch.float32 and got.shape == (n, k)
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_grouped_forward_of_aligned_blocks(kernel_device, rng, shuffle):
+    """Blocks whose offsets, widths, column offsets and row strides are multiples of 16 take the
+    variant that tells the compiler so, with the same result."""
+    blocks, full = _blocks_side_by_side(rng, 6, (32, 1024, 16, 512), F32, kernel_device, aligned=True)
+    spans = [(block, 32 + first, 0, 1) for first, block in blocks]  # (block, column, groups [0, 1))
+    assert windowed._segments(spans, blocks[0][1], 1).multiple == 16
+    want = reference.sparse_jl_forward(full, 1024, seed=3, nnz=8, column_offset=32)
+    got = windowed.forward_blocks(blocks, 1024, *_key(3), 8, 32, Tiling(splits=3, shuffle=shuffle))
+    assert _relative_error(got, want) <= TOLERANCE[F32]

@@ -16,6 +16,14 @@ def triton_forward(
     return layout.forward(x, out_features, key0, key1, nnz, column_offset)
 
 
+def triton_forward_blocks(
+    blocks: list[tuple[int, torch.Tensor]], out_features: int, key0: int, key1: int, nnz: int, column_offset: int
+) -> torch.Tensor:
+    """float32 sum of x S[:, column_offset + first + [0, d)]^T over the blocks (first, x), in one grouped
+    launch; the windowed layout only (``windowed.forward_blocks``)."""
+    return windowed.forward_blocks(blocks, out_features, key0, key1, nnz, column_offset)
+
+
 def triton_transpose(
     y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int, column_offset: int
 ) -> torch.Tensor:

@@ -386,10 +386,12 @@ def _grid(
     block_m=None,
     out_features: int | None = None,
     bands: int = 1,
+    input_bytes: int | None = None,
 ):
     """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
     ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
-    (n, k) partials to be summed; ``bands``: programs per (row tile, window)."""
+    (n, k) partials to be summed; ``bands``: programs per (row tile, window); ``input_bytes``:
+    the bytes the launch reads (default: x's)."""
     summed = out_features is not None
     n = x.shape[0]
     width = _width(nnz)
@@ -399,7 +401,11 @@ def _grid(
         # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
         # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
         splits = splits_to_fill(
-            tiles, groups // 16, 8, x.device, (x.numel() * x.element_size(), n * out_features * 4) if summed else None
+            tiles,
+            groups // 16,
+            8,
+            x.device,
+            (input_bytes or x.numel() * x.element_size(), n * out_features * 4) if summed else None,
         )
     per_split = math.ceil(groups / splits)
     return block_m, width, tiles, math.ceil(groups / per_split), per_split
@@ -413,78 +419,125 @@ def forward(
     (for half types with short runs on Hopper, in Gluon: :func:`_gluon_forward`); or (exact
     float32, one row tile, :func:`_shuffles`) permutes and adds the chunk's columns on the CUDA
     cores."""
+    tables = window_tables(x.shape[1], out_features, key0, key1, nnz, column_offset, x.device)
+    return _forward(x, tables, out_features, nnz, column_offset, tiling)
+
+
+def forward_blocks(
+    blocks: list[tuple[int, torch.Tensor]],
+    out_features: int,
+    key0: int,
+    key1: int,
+    nnz: int,
+    column_offset: int,
+    tiling: Tiling = Tiling(),
+) -> torch.Tensor:
+    """float32 (n, k): the sum over ``blocks`` of ``forward(x, ..., column_offset + first)``, pairs
+    (first column, x) of a virtual (n, columns) matrix, in one table launch and one forward launch.
+    Each split of the launch runs its share of the blocks' groups as segments (``_segment``) and the
+    splits' partials are summed in a fixed order, so the result is bitwise reproducible but rounds
+    differently from the per-block sum. The caller (``sjlt.functional.sparse_jl_blocks``) passes
+    2-D CUDA blocks of one dtype and row count, each with unit column stride and at least one
+    column; x_ptr of the launch is the first block, the others are element offsets from it."""
+    x = blocks[0][1]
+    first = min(column for column, _ in blocks)
+    end = max(column + block.shape[1] for column, block in blocks)
+    tables = window_tables(end - first, out_features, key0, key1, nnz, column_offset + first, x.device)
+    spans = []
+    for column, block in blocks:
+        column += column_offset
+        g_first = column // spec.WINDOW // tables.windows - tables.group_base
+        g_last = (column + block.shape[1] - 1) // spec.WINDOW // tables.windows - tables.group_base
+        spans.append((block, column, g_first, g_last + 1))
+    return _forward(x, tables, out_features, nnz, column_offset, tiling, spans)
+
+
+class _Segments(NamedTuple):
+    """A grouped forward's work (``_segment`` in the kernels): the (segments, 6) int64 table, each
+    split's first segment ((splits + 1,) int32) and the largest of 1 and 16 dividing every offset,
+    length, column offset and row stride."""
+
+    table: torch.Tensor
+    split_starts: torch.Tensor
+    multiple: int
+
+
+def _segments(spans, x: torch.Tensor, per_split: int) -> _Segments:
+    """The spans (block, first column, first group, end group), cut into runs of ``per_split`` groups
+    in order: split s runs groups [s * per_split, (s + 1) * per_split) of their concatenation."""
+    rows, starts, filled = [], [0], 0
+    for block, column, g_begin, g_end in spans:
+        offset, remainder = divmod(block.data_ptr() - x.data_ptr(), x.element_size())
+        if remainder:
+            raise ValueError("the blocks' data must be aligned to their element size")
+        while g_begin < g_end:
+            take = min(g_end - g_begin, per_split - filled)
+            rows.append((offset, block.shape[1], column, block.stride(0), g_begin, g_begin + take))
+            g_begin += take
+            filled += take
+            if filled == per_split:
+                starts.append(len(rows))
+                filled = 0
+    if filled:
+        starts.append(len(rows))
+    aligned = all(value % spec.WINDOW == 0 for row in rows for value in row[:4])
+    return _Segments(
+        torch.tensor(rows, dtype=torch.int64, device=x.device),
+        torch.tensor(starts, dtype=torch.int32, device=x.device),
+        spec.WINDOW if aligned else 1,
+    )
+
+
+def _forward(
+    x: torch.Tensor,
+    tables: WindowTables,
+    out_features: int,
+    nnz: int,
+    column_offset: int,
+    tiling: Tiling,
+    spans: list | None = None,
+) -> torch.Tensor:
+    """The forward's launch over x (with ``spans``: over the blocks, see :func:`forward_blocks`)."""
     from ..kernels.sparse_jl_windowed import (
         sparse_jl_windowed_forward_kernel,
         sparse_jl_windowed_shuffle_forward_kernel,
     )
 
     n, d = x.shape
-    tables = window_tables(d, out_features, key0, key1, nnz, column_offset, x.device)
+    groups = tables.groups if spans is None else sum(g_end - g_begin for _, _, g_begin, g_end in spans)
+    input_bytes = None if spans is None else sum(block.numel() for block, *_ in spans) * x.element_size()
     bands = spec.band_count(nnz)
     fp32_passes, dot_type = dot_config(x.dtype)
+    block_m = tiling.blocks[0] if tiling.blocks else None
     block_m, width, tiles, splits, per_split = _grid(
-        x,
-        nnz,
-        tables.groups,
-        tables.windows,
-        tiling.splits,
-        tiling.blocks[0] if tiling.blocks else None,
-        out_features,
-        bands,
+        x, nnz, groups, tables.windows, tiling.splits, block_m, out_features, bands, input_bytes
     )
     fold = _fold(out_features, nnz)
-    if _gluon_forward(x, column_offset, per_split, fold) if tiling.gluon is None else tiling.gluon:
+    if spans is None and (_gluon_forward(x, column_offset, per_split, fold) if tiling.gluon is None else tiling.gluon):
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
-    if _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle:
+    shuffles = _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle
+    if not shuffles:
+        groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
+        if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
+            block_m, width, tiles, splits, per_split = _grid(
+                x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes
+            )
+    if spans is None:
         out, stride_split = forward_output(n, out_features, splits, x)
-        spill = _spill(n, splits, nnz, fold, out)
-        sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
-            x,
-            tables.words,
-            tables.rotations,
-            out,
-            spill,
-            n,
-            d,
-            column_offset,
-            tables.group_base,
-            tables.groups,
-            per_split,
-            tables.windows,
-            1.0 / math.sqrt(nnz),
-            out_features,
-            fold,
-            x.stride(0),
-            x.stride(1),
-            out.stride(-2),
-            out.stride(-1),
-            stride_split,
-            NNZ=nnz,
-            BLOCKS=_band_blocks(nnz),
-            BANDS=bands,
-            FOLDS=fold > 0,
-            BLOCK_M=block_m,
-            num_warps=tiling.num_warps or _shuffle_warps(n, tables.windows),
-            num_stages=1,
-        )
-        return _add_fold(sum_splits(out, splits, x.dtype), spill, out_features, nnz, fold)
-    groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
-    if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
-        block_m, width, tiles, splits, per_split = _grid(
-            x, nnz, tables.groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands
-        )
-    out, stride_split = forward_output(n, out_features, splits, x)
+        segments = _Segments(tables.words, tables.words, 1)  # unread
+    else:
+        out = _buffers.empty((splits, n, out_features), torch.float32, x.device)
+        stride_split = out.stride(0)
+        segments = _segments(spans, x, per_split)
     spill = _spill(n, splits, nnz, fold, out)
-    groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
-    pipelined = (pipelined and unroll == 1) if tiling.pipelined is None else tiling.pipelined
-    if pipelined and unroll != 1:
-        raise ValueError(f"Tiling(pipelined=True) takes one dot per step, not steps={tiling.steps}")
-    sparse_jl_windowed_forward_kernel[(tiles, splits)](
+    arguments = (
         x,
         tables.words,
         tables.rotations,
         out,
         spill,
+        segments.table,
+        segments.split_starts,
         n,
         d,
         column_offset,
@@ -500,23 +553,45 @@ def forward(
         out.stride(-2),
         out.stride(-1),
         stride_split,
+    )
+    layout = dict(
         NNZ=nnz,
         BLOCKS=_band_blocks(nnz),
         BANDS=bands,
         FOLDS=fold > 0,
-        ALIGNED_ROWS=_aligned_rows(out),
-        FP32_PASSES=fp32_passes,
-        DOT_DTYPE=dot_type,
-        BLOCK_M=block_m,
-        WIDTH=width,
-        GROUPS=groups_per_dot,
-        UNROLL=unroll,
-        PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
-        PIPELINED=pipelined,
-        num_warps=tiling.num_warps or _num_warps(block_m),
-        num_stages=tiling.num_stages or stages,
+        SEGMENTS=spans is not None,
+        SEGMENT_MULTIPLE=segments.multiple,
     )
-    return _add_fold(sum_splits(out, splits, x.dtype), spill, out_features, nnz, fold)
+    if shuffles:
+        sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
+            *arguments,
+            **layout,
+            BLOCK_M=block_m,
+            num_warps=tiling.num_warps or _shuffle_warps(n, tables.windows),
+            num_stages=1,
+        )
+    else:
+        groups_per_dot, unroll = tiling.steps or (groups_per_dot, unroll)
+        pipelined = (pipelined and unroll == 1) if tiling.pipelined is None else tiling.pipelined
+        if pipelined and unroll != 1:
+            raise ValueError(f"Tiling(pipelined=True) takes one dot per step, not steps={tiling.steps}")
+        sparse_jl_windowed_forward_kernel[(tiles, splits)](
+            *arguments,
+            **layout,
+            ALIGNED_ROWS=_aligned_rows(out),
+            FP32_PASSES=fp32_passes,
+            DOT_DTYPE=dot_type,
+            BLOCK_M=block_m,
+            WIDTH=width,
+            GROUPS=groups_per_dot,
+            UNROLL=unroll,
+            PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
+            PIPELINED=pipelined,
+            num_warps=tiling.num_warps or _num_warps(block_m),
+            num_stages=tiling.num_stages or stages,
+        )
+    y = sum_splits(out, splits, x.dtype) if spans is None else out.sum(0) if splits > 1 else out[0]
+    return _add_fold(y, spill, out_features, nnz, fold)
 
 
 def transpose(
