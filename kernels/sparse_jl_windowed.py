@@ -72,9 +72,11 @@ def window_table_kernel(
     DOMAIN_WINDOW: tl.constexpr,
     DOMAIN_GROUP: tl.constexpr,
     BLOCK: tl.constexpr,
+    WORDS: tl.constexpr,
 ):
     """words[c, t] for the groups*windows chunks of groups [group_base, group_base + groups), and
-    rotations[g, b] = R_(group_base + g, b). Grid: cdiv(groups * windows, BLOCK)."""
+    rotations[g, b] = R_(group_base + g, b). Grid: cdiv(groups * windows, BLOCK); WORDS is NNZ
+    rounded up to a power of two."""
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     chunk = group_base * windows + idx
     in_table = idx < groups * windows
@@ -85,32 +87,34 @@ def window_table_kernel(
     w0, w1, w2, w3 = philox4x32_10(lo, hi, zero, zero + DOMAIN_WINDOW, key0, key1)
     slope = (w0 >> 4) & 15
     intercept = w0 & 15
+    # The chunk's NNZ words gathered into one [BLOCK, WORDS] tile and stored at once: a warp then
+    # writes whole sectors, where a store per word wrote every sector in 4-byte pieces.
+    lanes = tl.arange(0, WORDS)[None, :]
+    words = tl.zeros((BLOCK, WORDS), dtype=tl.int32)
     for quad in tl.static_range(0, (NNZ + 3) // 4):
         if quad > 0:
             w0, w1, w2, w3 = philox4x32_10(lo, hi, zero + quad, zero + DOMAIN_WINDOW, key0, key1)
-        base = words_ptr + idx * NNZ + 4 * quad
-        tl.store(base, _with_mask(w0, slope, intercept, 4 * quad), mask=in_table)
-        if 4 * quad + 1 < NNZ:
-            tl.store(base + 1, _with_mask(w1, slope, intercept, 4 * quad + 1), mask=in_table)
-        if 4 * quad + 2 < NNZ:
-            tl.store(base + 2, _with_mask(w2, slope, intercept, 4 * quad + 2), mask=in_table)
-        if 4 * quad + 3 < NNZ:
-            tl.store(base + 3, _with_mask(w3, slope, intercept, 4 * quad + 3), mask=in_table)
-    group = group_base + idx
-    group_lo = (group & 0xFFFFFFFF).to(tl.uint32)
-    group_hi = (group >> 32).to(tl.uint32)
-    in_groups = idx < groups
-    size = (zero + windows).to(tl.uint32)
-    for quad in tl.static_range(0, (BANDS + 3) // 4):  # R_(g,b) = word b mod 4 of counter (g, b div 4)
-        r0, r1, r2, r3 = philox4x32_10(group_lo, group_hi, zero + quad, zero + DOMAIN_GROUP, key0, key1)
-        base = rotations_ptr + idx * BANDS + 4 * quad
-        tl.store(base, tl.umulhi(r0, size).to(tl.int32), mask=in_groups)
-        if 4 * quad + 1 < BANDS:
-            tl.store(base + 1, tl.umulhi(r1, size).to(tl.int32), mask=in_groups)
-        if 4 * quad + 2 < BANDS:
-            tl.store(base + 2, tl.umulhi(r2, size).to(tl.int32), mask=in_groups)
-        if 4 * quad + 3 < BANDS:
-            tl.store(base + 3, tl.umulhi(r3, size).to(tl.int32), mask=in_groups)
+        words = tl.where(lanes == 4 * quad, _with_mask(w0, slope, intercept, 4 * quad)[:, None], words)
+        words = tl.where(lanes == 4 * quad + 1, _with_mask(w1, slope, intercept, 4 * quad + 1)[:, None], words)
+        words = tl.where(lanes == 4 * quad + 2, _with_mask(w2, slope, intercept, 4 * quad + 2)[:, None], words)
+        words = tl.where(lanes == 4 * quad + 3, _with_mask(w3, slope, intercept, 4 * quad + 3)[:, None], words)
+    tl.store(words_ptr + idx[:, None] * NNZ + lanes, words, mask=in_table[:, None] & (lanes < NNZ))
+    if tl.program_id(0).to(tl.int64) * BLOCK < groups:  # the programs whose indices include groups
+        group = group_base + idx
+        group_lo = (group & 0xFFFFFFFF).to(tl.uint32)
+        group_hi = (group >> 32).to(tl.uint32)
+        in_groups = idx < groups
+        size = (zero + windows).to(tl.uint32)
+        for quad in tl.static_range(0, (BANDS + 3) // 4):  # R_(g,b) = word b mod 4 of counter (g, b div 4)
+            r0, r1, r2, r3 = philox4x32_10(group_lo, group_hi, zero + quad, zero + DOMAIN_GROUP, key0, key1)
+            base = rotations_ptr + idx * BANDS + 4 * quad
+            tl.store(base, tl.umulhi(r0, size).to(tl.int32), mask=in_groups)
+            if 4 * quad + 1 < BANDS:
+                tl.store(base + 1, tl.umulhi(r1, size).to(tl.int32), mask=in_groups)
+            if 4 * quad + 2 < BANDS:
+                tl.store(base + 2, tl.umulhi(r2, size).to(tl.int32), mask=in_groups)
+            if 4 * quad + 3 < BANDS:
+                tl.store(base + 3, tl.umulhi(r3, size).to(tl.int32), mask=in_groups)
 
 
 @triton.jit

@@ -271,6 +271,7 @@ def _variants():
             "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
             "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP,
             "BLOCK": 256,
+            "WORDS": 1 << (nnz - 1).bit_length(),
         }
         if nnz == 1:
             const.update(key0=1, key1=1, windows=1)

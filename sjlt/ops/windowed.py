@@ -50,6 +50,8 @@ def window_tables(
 
 
 def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offset, device) -> WindowTables:
+    import triton
+
     from ..kernels.sparse_jl_windowed import window_table_kernel
 
     windows = spec.windows_per_block(out_features, nnz)
@@ -73,6 +75,7 @@ def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offse
         DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW,
         DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP,
         BLOCK=block,
+        WORDS=triton.next_power_of_2(nnz),
     )
     return WindowTables(words, rotations, group_base, groups, windows)
 
@@ -387,11 +390,13 @@ def _grid(
     out_features: int | None = None,
     bands: int = 1,
     input_bytes: int | None = None,
+    per_sm: int = 8,
 ):
     """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
     ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
     (n, k) partials to be summed; ``bands``: programs per (row tile, window); ``input_bytes``:
-    the bytes the launch reads (default: x's)."""
+    the bytes the launch reads (default: x's); ``per_sm``: the programs per SM that the splits
+    aim for."""
     summed = out_features is not None
     n = x.shape[0]
     width = _width(nnz)
@@ -403,7 +408,7 @@ def _grid(
         splits = splits_to_fill(
             tiles,
             groups // 16,
-            8,
+            per_sm,
             x.device,
             (input_bytes or x.numel() * x.element_size(), n * out_features * 4) if summed else None,
         )
@@ -452,6 +457,13 @@ def forward_blocks(
     return _forward(x, tables, out_features, nnz, column_offset, tiling, spans)
 
 
+#: Programs per SM that a grouped launch's splits aim for. H100, GPT-2 small's 148 gradients
+#: (benchmarks/NOTES.md, "Grouped launches"): n = 16 float32 ran 1.25-1.4x faster with 32-64 than
+#: with 8 (k = 2048: 14.8 -> 10.7 ms; 8192: 13.3 -> 10.6), bfloat16 1.02-1.2x, n = 32 1.0-1.23x;
+#: 512 lost 1.6x at k = 8192.
+_GROUPED_PROGRAMS_PER_SM = 64
+
+
 class _Segments(NamedTuple):
     """A grouped forward's work (``_segment`` in the kernels): the (segments, 6) int64 table, each
     split's first segment ((splits + 1,) int32) and the largest of 1 and 16 dividing every offset,
@@ -482,10 +494,17 @@ def _segments(spans, x: torch.Tensor, per_split: int) -> _Segments:
         starts.append(len(rows))
     aligned = all(value % spec.WINDOW == 0 for row in rows for value in row[:4])
     return _Segments(
-        torch.tensor(rows, dtype=torch.int64, device=x.device),
-        torch.tensor(starts, dtype=torch.int32, device=x.device),
-        spec.WINDOW if aligned else 1,
+        _upload(rows, torch.int64, x.device), _upload(starts, torch.int32, x.device), spec.WINDOW if aligned else 1
     )
+
+
+def _upload(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``values`` as a tensor on ``device``; to a GPU from pinned memory, asynchronously: a copy
+    from pageable memory would make the host wait for the work already queued (the table launch)."""
+    host = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def _forward(
@@ -506,11 +525,12 @@ def _forward(
     n, d = x.shape
     groups = tables.groups if spans is None else sum(g_end - g_begin for _, _, g_begin, g_end in spans)
     input_bytes = None if spans is None else sum(block.numel() for block, *_ in spans) * x.element_size()
+    per_sm = 8 if spans is None else _GROUPED_PROGRAMS_PER_SM
     bands = spec.band_count(nnz)
     fp32_passes, dot_type = dot_config(x.dtype)
     block_m = tiling.blocks[0] if tiling.blocks else None
     block_m, width, tiles, splits, per_split = _grid(
-        x, nnz, groups, tables.windows, tiling.splits, block_m, out_features, bands, input_bytes
+        x, nnz, groups, tables.windows, tiling.splits, block_m, out_features, bands, input_bytes, per_sm
     )
     fold = _fold(out_features, nnz)
     if spans is None and (_gluon_forward(x, column_offset, per_split, fold) if tiling.gluon is None else tiling.gluon):
@@ -520,7 +540,7 @@ def _forward(
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
         if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
             block_m, width, tiles, splits, per_split = _grid(
-                x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes
+                x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes, per_sm
             )
     if spans is None:
         out, stride_split = forward_output(n, out_features, splits, x)
