@@ -21,6 +21,7 @@ _LAZY = {
     "reference": "sjlt.reference",
     "backends": "sjlt.backends",
     "sparse_jl": "sjlt.functional",
+    "sparse_jl_blocks": "sjlt.functional",
     "sparse_jl_transpose": "sjlt.functional",
     "sparse_jl_matrix": "sjlt.functional",
     "seeded_dropout": "sjlt.functional",
