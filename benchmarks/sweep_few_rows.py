@@ -1,7 +1,7 @@
 """Few-row float32 forwards (n <= 32, long d): the tile kernel against the CUDA-core forward with
 one and two warps per program, and the launcher's default (the sweep behind
-``windowed._shuffles`` and ``windowed._shuffle_warps``; benchmarks/RESULTS.md, "Few rows on the
-CUDA cores").
+``windowed._shuffles``, and of a two-warp rule since dropped, when loads moved two groups ahead;
+benchmarks/RESULTS.md, "Few rows on the CUDA cores", and NOTES.md, "Grouped launches").
 
     python benchmarks/sweep_few_rows.py
 

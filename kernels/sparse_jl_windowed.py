@@ -1282,50 +1282,18 @@ def _shuffle_run(
     BANDS: tl.constexpr,
 ):
     """The eight block accumulators plus the terms of groups [g_begin, g_end) of x (see the
-    CUDA-core forward kernel)."""
+    CUDA-core forward kernel). Loads run two groups ahead (chunk and words; the chunk index three):
+    one group ahead left the loop waiting on them (benchmarks/NOTES.md, "Grouped launches")."""
     last = g_end - 1
+    fetch = (windows, band, group_base, column_offset, d, offs_m, mask_m, lanes, stride_xm, stride_xd, NNZ, BLOCKS)
     chunk = _window_chunk(rotations_ptr, g_begin, window, windows, band, BANDS)
-    x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(
-        x_ptr,
-        words_ptr,
-        chunk,
-        g_begin,
-        g_end,
-        windows,
-        band,
-        group_base,
-        column_offset,
-        d,
-        offs_m,
-        mask_m,
-        lanes,
-        stride_xm,
-        stride_xd,
-        NNZ,
-        BLOCKS,
-    )
+    x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(x_ptr, words_ptr, chunk, g_begin, g_end, *fetch)
     chunk = _window_chunk(rotations_ptr, tl.minimum(g_begin + 1, last), window, windows, band, BANDS)
+    x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(x_ptr, words_ptr, chunk, g_begin + 1, g_end, *fetch)
+    chunk = _window_chunk(rotations_ptr, tl.minimum(g_begin + 2, last), window, windows, band, BANDS)
     for group in range(g_begin, g_end):
-        x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(
-            x_ptr,
-            words_ptr,
-            chunk,
-            group + 1,
-            g_end,
-            windows,
-            band,
-            group_base,
-            column_offset,
-            d,
-            offs_m,
-            mask_m,
-            lanes,
-            stride_xm,
-            stride_xd,
-            NNZ,
-            BLOCKS,
-        )
-        chunk = _window_chunk(rotations_ptr, tl.minimum(group + 2, last), window, windows, band, BANDS)
+        x_2, u0, u1, u2, u3, u4, u5, u6, u7 = _shuffle_fetch(x_ptr, words_ptr, chunk, group + 2, g_end, *fetch)
+        chunk = _window_chunk(rotations_ptr, tl.minimum(group + 3, last), window, windows, band, BANDS)
         a0 = _shuffle_term(a0, x, w0, 0, lanes, zeros_m, BLOCKS)
         a1 = _shuffle_term(a1, x, w1, 1, lanes, zeros_m, BLOCKS)
         a2 = _shuffle_term(a2, x, w2, 2, lanes, zeros_m, BLOCKS)
@@ -1335,6 +1303,7 @@ def _shuffle_run(
         a6 = _shuffle_term(a6, x, w6, 6, lanes, zeros_m, BLOCKS)
         a7 = _shuffle_term(a7, x, w7, 7, lanes, zeros_m, BLOCKS)
         x, w0, w1, w2, w3, w4, w5, w6, w7 = x_1, v0, v1, v2, v3, v4, v5, v6, v7
+        x_1, v0, v1, v2, v3, v4, v5, v6, v7 = x_2, u0, u1, u2, u3, u4, u5, u6, u7
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
@@ -1378,7 +1347,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     element (8 shuffles and multiply-adds per band) does not depend on the rows per program, where
     the tile kernel's tile build serves only BLOCK_M rows; and float32 sums are exact float32
     additions, with no three-way split and no truncating tensor-core accumulator. Per step one
-    group, pipelined in registers: the chunk and words a step ahead, the chunk index two.
+    group, pipelined in registers: the chunk and words two steps ahead, the chunk index three.
     Loading X's columns in permuted order instead ran 10-35x slower (benchmarks/NOTES.md)."""
     window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
     lanes = tl.arange(0, WINDOW)

@@ -237,14 +237,6 @@ def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: 
 _SHUFFLE_RUN_GROUPS = 240
 
 
-def _shuffle_warps(n: int, windows: int) -> int:
-    """Warps of a CUDA-core forward program. H100 ("Few rows on the CUDA cores"): one, except for
-    32-row programs at A >= 32 windows (k = 8192 at nnz 16), which run 1.28-1.37x faster with two;
-    there 16-row programs run 1.03-1.53x slower with two, and at k <= 4096 32-row programs
-    1.27-1.39x."""
-    return 2 if n > 16 and windows >= 32 else 1
-
-
 def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int, fold: int = 0) -> bool:
     """Whether a forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``): half
     types with more than 32 rows and 16-128 groups per program, where it wins (design 11; H100,
@@ -457,6 +449,11 @@ def forward_blocks(
     return _forward(x, tables, out_features, nnz, column_offset, tiling, spans)
 
 
+#: Programs per SM that the one-warp CUDA-core forward's splits aim for: H100 (benchmarks/NOTES.md,
+#: "Grouped launches"), n = 16 and 32 at d = 2**25, k = 2048 and 8192, with loads two groups ahead:
+#: 1.0-1.2x faster than with 8, and 1.12-1.47x in all against the previous kernel (8 per SM, one
+#: group ahead, two warps at n = 32 and k = 8192).
+_SHUFFLE_PROGRAMS_PER_SM = 64
 #: Programs per SM that a grouped launch's splits aim for. H100, GPT-2 small's 148 gradients
 #: (benchmarks/NOTES.md, "Grouped launches"): n = 16 float32 ran 1.25-1.4x faster with 32-64 than
 #: with 8 (k = 2048: 14.8 -> 10.7 ms; 8192: 13.3 -> 10.6), bfloat16 1.02-1.2x, n = 32 1.0-1.23x;
@@ -536,6 +533,19 @@ def _forward(
     if spans is None and (_gluon_forward(x, column_offset, per_split, fold) if tiling.gluon is None else tiling.gluon):
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
     shuffles = _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle
+    if shuffles and per_sm != _SHUFFLE_PROGRAMS_PER_SM:
+        block_m, width, tiles, splits, per_split = _grid(
+            x,
+            nnz,
+            groups,
+            tables.windows,
+            tiling.splits,
+            block_m,
+            out_features,
+            bands,
+            input_bytes,
+            _SHUFFLE_PROGRAMS_PER_SM,
+        )
     if not shuffles:
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
         if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
@@ -587,7 +597,7 @@ def _forward(
             *arguments,
             **layout,
             BLOCK_M=block_m,
-            num_warps=tiling.num_warps or _shuffle_warps(n, tables.windows),
+            num_warps=tiling.num_warps or 1,
             num_stages=1,
         )
     else:
