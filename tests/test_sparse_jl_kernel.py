@@ -214,10 +214,11 @@ def test_windowed_pipelined_steps_match_reference(kernel_device, rng, groups, k,
         {
             "n,rows": [(21, 32), (5, 16)],
             "k,nnz,splits": [(1024, 16, 3), (384, 12, 2), (512, 8, 1), (96, 3, 2)],
-            "dtype": [F32, BF16],
+            "dtype": [F32, BF16, F16],
         },
         fast=[
             {"n,rows": (5, 16), "k,nnz,splits": (384, 12, 2), "dtype": F32},
+            {"n,rows": (5, 16), "k,nnz,splits": (1024, 16, 3), "dtype": F16},
             {"n,rows": (21, 32), "k,nnz,splits": (96, 3, 2), "dtype": BF16},
             {"n,rows": (21, 32), "k,nnz,splits": (512, 8, 1), "dtype": F32},
         ],
@@ -262,12 +263,15 @@ def test_wide_rows_rule():
 
 
 def test_shuffle_forward_rule():
-    """Exact float32 with at most 32 rows and runs of 240 groups or more only."""
+    """Exact float32 with at most 32 rows, half types with at most 16, and runs of 240 groups or
+    more only."""
     rule = windowed._shuffles
     assert rule(torch.float32, 3, 32, 240) and rule(torch.float32, 3, 17, 10**6) and rule(torch.float32, 3, 1, 240)
     assert not rule(torch.float32, 3, 32, 239) and not rule(torch.float32, 3, 16, 239)
     assert not rule(torch.float32, 3, 33, 10**6) and not rule(torch.float32, 2, 32, 10**6)
-    assert not rule(torch.bfloat16, 0, 32, 10**6)
+    assert not rule(torch.bfloat16, 0, 32, 10**6) and not rule(torch.float16, 0, 17, 10**6)
+    assert rule(torch.bfloat16, 0, 16, 240) and rule(torch.float16, 0, 1, 10**6)
+    assert not rule(torch.bfloat16, 0, 16, 239) and not rule(torch.float32, 1, 16, 10**6)
 
 
 def test_gluon_forward_rule(monkeypatch):
@@ -521,12 +525,14 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
     partial = n * k * 4  # 512 KiB per split
     summed = (n * 2**24 * 4, partial)
     assert _launch.splits_to_fill(64, 4096, 8, cuda, summed) == 17  # 8 * 132 / 64 programs
+    small = (_launch._SPLIT_MIN_BYTES - 1, 4)
+    assert _launch.splits_to_fill(64, _launch._SHORT_RUN_SPLITS, 8, cuda, small) == 1  # launch-bound
+    assert _launch.splits_to_fill(64, 4096, 8, cuda, small) == 17  # small, but each program would run long
     monkeypatch.setattr(backends, "workspace_bytes", 4 * partial + 1)
     assert _launch.splits_to_fill(64, 4096, 8, cuda, summed) == 4
     monkeypatch.setattr(backends, "workspace_bytes", 0)
     assert _launch.splits_to_fill(64, 4096, 8, cuda, summed) == 1
     assert _launch.splits_to_fill(64, 4096, 8, cuda) == 17
-    assert _launch.splits_to_fill(64, 4096, 8, cuda, (_launch._SPLIT_MIN_BYTES - 1, 4)) == 1  # launch-bound
     assert _launch.splits_to_fill(64, 4096, 8, torch.device("cpu"), summed) == 1
 
 
@@ -679,13 +685,13 @@ def _blocks_side_by_side(rng, n, widths, dtype, device, aligned=False):
     *grid(
         {
             "n,k,nnz,widths,offset,seed": BLOCK_SHAPES,
-            # the CUDA-core forward (shuffle) serves exact float32 only (windowed._shuffles)
             "dtype,shuffle,splits": [
                 (F32, None, None),
                 (F32, False, 3),
                 (F32, True, 4),
                 (BF16, None, None),
                 (BF16, False, 3),
+                (BF16, True, 2),
                 (F16, False, 2),
             ],
         },

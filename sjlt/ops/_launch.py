@@ -30,8 +30,13 @@ def dot_config(dtype):
 
 #: Below this many input bytes a call is bound by its host-side launch, not by the GPU: splitting
 #: d to fill the SMs would only add the launches that sum the partials (benchmarks/RESULTS.md,
-#: per-call cost).
+#: per-call cost)...
 _SPLIT_MIN_BYTES = 1 << 22
+#: ... unless its programs would run long: more than this many splits' minimum work each (a
+#: windowed program's 16 groups) is a serial run that costs more than the sum launch. H100: 1 x 2**20
+#: bfloat16 -> 2048, 4096 groups in each of 16 programs, took 2.3 ms unsplit (benchmarks/NOTES.md,
+#: "Grouped launches").
+_SHORT_RUN_SPLITS = 4
 
 
 def splits_to_fill(
@@ -39,14 +44,14 @@ def splits_to_fill(
 ) -> int:
     """Splits of the work over d that bring ``programs`` up to ``per_sm`` programs per SM, at most
     ``max_splits``. ``summed``: (input bytes, bytes of one split's float32 partial) when the splits
-    produce partials that a second launch sums (the forward). Below _SPLIT_MIN_BYTES of input that
-    launch costs more than it saves, and all partials together stay within
-    ``sjlt.backends.workspace_bytes``."""
+    produce partials that a second launch sums (the forward). Below _SPLIT_MIN_BYTES of input, with
+    short programs (``max_splits`` at most _SHORT_RUN_SPLITS), that launch costs more than it saves;
+    all partials together stay within ``sjlt.backends.workspace_bytes``."""
     if device.type != "cuda":
         return 1
     if summed is not None:
         input_bytes, partial_bytes = summed
-        if input_bytes < _SPLIT_MIN_BYTES:
+        if input_bytes < _SPLIT_MIN_BYTES and max_splits <= _SHORT_RUN_SPLITS:
             return 1
         max_splits = min(max_splits, backends.byte_budget("workspace_bytes") // max(1, partial_bytes))
     index = device.index if device.index is not None else torch.cuda.current_device()
