@@ -46,6 +46,28 @@ def eligible(x: torch.Tensor, in_features: int, out_features: int, max_matrix_by
 def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> torch.Tensor:
     rows = aligned_features(out_features, x)
     signs = sign_matrix(x.shape[1], out_features, key0, key1, nnz, column_offset, x.dtype, x.device, rows)
+    return _forward_with(x, signs, nnz, out_features, rows)
+
+
+def forward_plan(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int) -> tuple:
+    """What :func:`planned_forward` needs to repeat ``forward(x, ...)`` for inputs like ``x``."""
+    rows = aligned_features(out_features, x)
+    key = _matrix_key(x.shape[1], out_features, rows, key0, key1, nnz, column_offset, x.dtype, x.device)
+    return key, nnz, out_features, rows
+
+
+def planned_forward(x: torch.Tensor, plan: tuple) -> torch.Tensor | None:
+    """``forward`` of an earlier call's :func:`forward_plan`, or None when its matrix has left the
+    cache (the caller then takes the full path, which rebuilds it)."""
+    key, nnz, out_features, rows = plan
+    signs = _CACHE.get(key)
+    if signs is None:
+        return None
+    _CACHE.move_to_end(key)
+    return _forward_with(x, signs, nnz, out_features, rows)
+
+
+def _forward_with(x: torch.Tensor, signs: torch.Tensor, nnz: int, out_features: int, rows: int) -> torch.Tensor:
     y = torch.addmm(_zero(x), x, signs.t(), beta=0, alpha=1.0 / math.sqrt(nnz))
     return y if rows == out_features else y[:, :out_features].contiguous()
 
@@ -99,7 +121,7 @@ def sign_matrix(
     with ``padded_rows`` > out_features, followed by rows of zeros up to ``padded_rows``."""
     global _cached_bytes
     padded_rows = out_features if padded_rows is None else padded_rows
-    key = (in_features, out_features, padded_rows, key0, key1, nnz, column_offset, dtype, device)
+    key = _matrix_key(in_features, out_features, padded_rows, key0, key1, nnz, column_offset, dtype, device)
     signs = _CACHE.get(key)
     if signs is not None:
         _CACHE.move_to_end(key)
@@ -119,6 +141,11 @@ def sign_matrix(
         _CACHE[key] = signs
         _cached_bytes += size
     return signs
+
+
+def _matrix_key(in_features, out_features, padded_rows, key0, key1, nnz, column_offset, dtype, device) -> tuple:
+    """The cache key of a sign matrix: everything that defines it."""
+    return (in_features, out_features, padded_rows, key0, key1, nnz, column_offset, dtype, torch.device(device))
 
 
 def _evict() -> int:

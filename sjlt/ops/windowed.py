@@ -95,6 +95,7 @@ def _band_blocks(nnz: int) -> int:
     return min(nnz, spec.BAND)
 
 
+@functools.lru_cache(maxsize=1024)
 def _fold(out_features: int, nnz: int) -> int:
     """The most padded rows that fold within one block (0 on the lattice k = 16 A nnz)."""
     return spec.max_fold(out_features, nnz)
