@@ -271,11 +271,34 @@ def test_cuda_graph_of_a_training_step_with_backward():
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="known bug (benchmarks/NOTES.md, 'Grouped launches'): a cache filled during torch.compile's "
+    "CUDA-graph-tree warm-up keeps a tensor of the graphs' pool; warm sjlt with one eager call first",
+)
+def test_reduce_overhead_compile_as_the_very_first_call():
+    """With sjlt's caches empty, the first dropout runs inside the warm-up of CUDA-graph trees."""
+    from sjlt.ops import dropout
+
+    torch._dynamo.reset()
+    dropout._SEEDS.clear()
+    dropout._SCALES.clear()
+    layer = sjlt.SeededDropout(0.5, seed=4).cuda()
+    step = torch.compile(lambda t: layer(t) * 1, mode="reduce-overhead", fullgraph=True)
+    x = torch.randn(16, 512, device="cuda")
+    for _ in range(4):
+        step(x)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("seed", [33, None], ids=["seeded", "drawn"])
 def test_reduce_overhead_compile_replays_a_fresh_mask_each_call(seed):
     """torch.compile(mode="reduce-overhead") runs the step as CUDA-graph replays (cudagraph trees):
-    the module's device-side seed state still advances call by call."""
+    the module's device-side seed state still advances call by call. sjlt's caches are warmed by an
+    eager call first (test_reduce_overhead_compile_as_the_very_first_call: the cold case)."""
     torch._dynamo.reset()
+    F.seeded_dropout(torch.ones(4, device="cuda"), 0.5, seed=0)
     layer = sjlt.SeededDropout(0.5, seed=seed).cuda()
     step = torch.compile(lambda t: layer(t) * 1, mode="reduce-overhead", fullgraph=True)
     x = torch.randn(16, 512, device="cuda").abs() + 0.1
