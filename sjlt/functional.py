@@ -205,19 +205,20 @@ def sparse_jl_blocks(
         checked.append((first, x))
     check_output_fits(checked[0][1], k, "out_features")
     out = torch.zeros(checked[0][1].shape[0], k, dtype=torch.float32, device=checked[0][1].device)
-    grouped: dict = {}
+    grouped, alone = {}, []
     for first, x in checked:
         if _groupable(x, k, nnz, backend):
             grouped.setdefault(x.dtype, []).append((first, x))
         elif x.shape[1]:
-            out += sparse_jl(x, k, seed=seed, nnz=nnz, column_offset=column_offset + first, backend=backend)
+            alone.append((first, x))
     for group in grouped.values():
         for run in _column_runs(group):
             if len(run) == 1:
-                first, x = run[0]
-                out += sparse_jl(x, k, seed=seed, nnz=nnz, column_offset=column_offset + first, backend=backend)
+                alone += run
             else:
                 out += layouts.triton_forward_blocks(run, k, key0, key1, nnz, column_offset)
+    for first, x in alone:
+        out += sparse_jl(x, k, seed=seed, nnz=nnz, column_offset=column_offset + first, backend=backend)
     return out
 
 
