@@ -29,6 +29,10 @@ with the tile as the tensor cores' register operand (design 11).
 
 The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and
 4 * nnz / 16 bytes per input column; the projection kernels only load them.
+
+Both forwards also run grouped launches (SEGMENTS): many column blocks of one virtual matrix, such
+as a model's per-parameter gradients, in one launch over one table, each split running a list of
+(block, group run) segments.
 """
 
 import triton
@@ -1021,7 +1025,10 @@ def sparse_jl_windowed_forward_kernel(
     order, through L2). BLOCKS = min(NNZ, 8) blocks per band; WIDTH is 16 * BLOCKS rounded up to a
     power of two. Each step takes GROUPS groups in one dot and UNROLL (1 or 2) such dots: a lone
     16-column chunk per step left the kernel latency-bound (benchmarks/NOTES.md). With one split
-    ``out`` is Y; otherwise a float32 workspace the caller sums in a fixed order.
+    ``out`` is Y; otherwise a float32 workspace the caller sums in a fixed order. With SEGMENTS (a
+    grouped launch over many blocks, ``windowed.forward_blocks``) split s runs segments
+    [split_segments[s], split_segments[s + 1]) of the segment table (``_segment``) in turn instead
+    of its share of one x's groups.
 
     PROMOTE_EVERY > 0 sums runs of that many steps in a fresh tensor-core accumulator and adds each
     run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
@@ -1340,7 +1347,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     BLOCK_M: tl.constexpr,
 ):
     """The forward's output as ``sparse_jl_windowed_forward_kernel`` writes it (same grid, same
-    splits), on the CUDA cores. A block's signed-permutation tile only moves and signs a chunk's 16
+    splits and segments), on the CUDA cores. A block's signed-permutation tile only moves and signs a chunk's 16
     columns, so a program loads each chunk once, in order, and for every block of its band adds
     sign * x[:, u XOR m] to that block's 16 accumulator columns, moving the values between the lanes
     that hold a row with warp shuffles. No tile is built and no dot taken: the work per input
