@@ -2,8 +2,9 @@
 
 - :class:`SJLTProjector`: TRAK's projector contract (``AbstractProjector``): ``project(grads,
   model_id)`` for a (batch, grad_dim) tensor or a dict of per-parameter gradients, which is
-  projected parameter by parameter with column offsets and never concatenated. When ``traker``
-  is installed the class subclasses ``trak.projectors.AbstractProjector``.
+  projected at the parameters' column offsets (``sjlt.functional.sparse_jl_blocks``: one launch
+  on a GPU) and never concatenated. When ``traker`` is installed the class subclasses
+  ``trak.projectors.AbstractProjector``.
 - :func:`project_per_example_gradients`: per-example gradients of a model (``torch.func``),
   computed for a bounded group of parameters at a time and projected as they come, so the
   (batch, all parameters) matrix never exists. :func:`per_example_gradients` yields the
@@ -146,9 +147,11 @@ class SJLTProjector(_ProjectorBase):
     ``TRAKer(model, task, train_set_size, projector=SJLTProjector(grad_dim, 4096, seed=0,
     device="cuda"))``. ``project(grads, model_id)`` takes a (batch, grad_dim) tensor or a dict of
     per-parameter gradients (batch, ...) in the order of the flattened gradient, as TRAK's
-    gradient computer returns them; a dict is projected parameter by parameter with column offsets
-    and summed, never concatenated. Gradients may be float16, bfloat16, float32 or float64, of any
-    batch size, with grad_dim up to 2**62.
+    gradient computer returns them; a dict is projected at the parameters' column offsets, on a GPU
+    in one grouped launch over all of them (``sjlt.functional.sparse_jl_blocks``), never
+    concatenated; gradients on another device than ``device`` move there one parameter at a time.
+    Gradients may be float16, bfloat16, float32 or float64, of any batch size, with grad_dim up to
+    2**62.
 
     - Model (checkpoint) ``m`` uses the matrix of :func:`model_seed` (seed, m), independent for
       every m; the matrix is the sparse JL matrix of sjlt (docs/spec.md) for every ``proj_type``.
