@@ -662,6 +662,7 @@ BLOCK_SHAPES = [
     (5, 100, 2, (135, 320, 244), 2**33 + 7, 2**64 - 1),  # folded rows, offset above 2**32
     (2, 300, 16, (400, 16, 33, 512), 3, 21),  # two bands, folded rows
     (40, 256, 4, (700, 5), 2**31 - 3, 99),  # two row tiles
+    (4, 1000, 8, (300, 17, 1024), 2**40 + 3, 5),  # a round k off the lattice: A = 8, folded rows
 ]
 
 

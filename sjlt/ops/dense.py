@@ -145,7 +145,7 @@ def sign_matrix(
 
 def _matrix_key(in_features, out_features, padded_rows, key0, key1, nnz, column_offset, dtype, device) -> tuple:
     """The cache key of a sign matrix: everything that defines it."""
-    return (in_features, out_features, padded_rows, key0, key1, nnz, column_offset, dtype, torch.device(device))
+    return (in_features, out_features, padded_rows, key0, key1, nnz, column_offset, dtype, device)
 
 
 def _evict() -> int:

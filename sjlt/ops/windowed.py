@@ -49,16 +49,17 @@ def window_tables(
     return tables
 
 
-def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offset, device) -> WindowTables:
-    import triton
+def _group_of(column: int, windows: int) -> int:
+    """The table group that holds input column ``column`` (A chunks of 16 columns per group)."""
+    return column // spec.WINDOW // windows
 
+
+def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offset, device) -> WindowTables:
     from ..kernels.sparse_jl_windowed import window_table_kernel
 
     windows = spec.windows_per_block(out_features, nnz)
-    first_chunk = column_offset // spec.WINDOW
-    last_chunk = (column_offset + in_features - 1) // spec.WINDOW
-    group_base = first_chunk // windows
-    groups = last_chunk // windows - group_base + 1
+    group_base = _group_of(column_offset, windows)
+    groups = _group_of(column_offset + in_features - 1, windows) - group_base + 1
     words = _buffers.empty((groups * windows, nnz), torch.int32, device)
     rotations = _buffers.empty((groups, spec.band_count(nnz)), torch.int32, device)
     block = 256
@@ -75,7 +76,7 @@ def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offse
         DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW,
         DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP,
         BLOCK=block,
-        WORDS=triton.next_power_of_2(nnz),
+        WORDS=1 << (nnz - 1).bit_length(),
     )
     return WindowTables(words, rotations, group_base, groups, windows)
 
@@ -453,8 +454,8 @@ def forward_blocks(
     spans = []
     for column, block in blocks:
         column += column_offset
-        g_first = column // spec.WINDOW // tables.windows - tables.group_base
-        g_last = (column + block.shape[1] - 1) // spec.WINDOW // tables.windows - tables.group_base
+        g_first = _group_of(column, tables.windows) - tables.group_base
+        g_last = _group_of(column + block.shape[1] - 1, tables.windows) - tables.group_base
         spans.append((block, column, g_first, g_last + 1))
     return _forward(x, tables, out_features, nnz, column_offset, tiling, spans)
 
@@ -487,8 +488,11 @@ def _segments(spans, x: torch.Tensor, per_split: int) -> _Segments:
     rows, starts, filled = [], [0], 0
     for block, column, g_begin, g_end in spans:
         offset, remainder = divmod(block.data_ptr() - x.data_ptr(), x.element_size())
-        if remainder:
-            raise ValueError("the blocks' data must be aligned to their element size")
+        if remainder:  # a view reinterpreted from another dtype at an odd byte offset
+            raise ValueError(
+                f"a block's data starts {remainder} bytes off its {x.dtype} elements relative to the "
+                f"first block's; pass a copy of it (block.clone())"
+            )
         while g_begin < g_end:
             take = min(g_end - g_begin, per_split - filled)
             rows.append((offset, block.shape[1], column, block.stride(0), g_begin, g_begin + take))
