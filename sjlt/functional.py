@@ -64,14 +64,8 @@ def _chosen_algorithm(op, flat, features, nnz, key0, key1, column_offset) -> str
     return choice.algorithm(flat, flat.shape[1], features, nnz, key0, key1, column_offset)
 
 
-# A launch-bound call (little work, so the dense algorithm) costs more in this module's validation
-# and dispatch than on the GPU: ~20 µs of Python against a ~25 µs matmul on the H100 host. Once a
-# forward of one signature has taken the dense algorithm, the next calls with that signature, the
-# engine's flags unchanged, go straight to its cached matrix (dense.planned_forward).
-_DENSE_PLANS: dict = {}
-_DENSE_PLANS_MAX = 256
-
-
+# A launch-bound forward repeated with one signature goes straight to the dense algorithm's plan
+# (dense.plan_forward): the signature holds everything validation and the rule depend on.
 def _plan_key(x, out_features, seed, nnz, column_offset, backend) -> tuple:
     # The types too: True == 1, but a bool seed is an error (``_settings``).
     return (
@@ -114,9 +108,7 @@ def _projection(op, dense_fn, tensor, features, seed, nnz, column_offset, backen
         # more than the matmul at this size.
         out = dense_fn(flat, features, key0, key1, nnz, column_offset)
         if plan_key is not None:
-            if len(_DENSE_PLANS) >= _DENSE_PLANS_MAX:
-                del _DENSE_PLANS[next(iter(_DENSE_PLANS))]
-            _DENSE_PLANS[plan_key] = dense.forward_plan(flat, features, key0, key1, nnz, column_offset)
+            dense.plan_forward(plan_key, flat, features, key0, key1, nnz, column_offset)
     else:
         out = op(flat, features, key0, key1, nnz, column_offset, backend)
     return out if tensor.dim() == 2 else out.reshape(*lead, features)
@@ -143,16 +135,17 @@ def sparse_jl(
     affected outputs).
     """
     plan_key = None
-    if type(x) is torch.Tensor and x.is_cuda and x.dim() == 2 and not x.is_complex():
+    if type(x) is torch.Tensor:
         try:
             plan_key = _plan_key(x, out_features, seed, nnz, column_offset, backend)
-            plan = _DENSE_PLANS.get(plan_key)
+            planned = dense.planned(plan_key)
         except TypeError:  # an unhashable argument: the full path says what is wrong with it
-            plan_key = plan = None
-        if plan is not None and not torch.is_autocast_enabled("cuda") and not torch.compiler.is_compiling():
-            out = dense.planned_forward(x, plan)
-            if out is not None:
-                return out
+            plan_key = planned = None
+        # Only 2-D real CUDA inputs have plans, and the signature holds shape, dtype and device.
+        if planned is not None and not torch.is_autocast_enabled("cuda") and not torch.compiler.is_compiling():
+            return planned(x)
+        if not (x.is_cuda and x.dim() == 2):
+            plan_key = None
     check_input(x, "x", complex_ok=True)
     k = spec.check_dimension(out_features, "out_features")
     check_output_fits(x, k, "out_features")

@@ -195,19 +195,20 @@ def test_cuda_graph_replays_the_gluon_forward():
 
 def test_repeated_small_calls_take_the_dense_plan_and_honour_every_setting():
     """A launch-bound forward repeated with one signature skips validation and dispatch
-    (functional._DENSE_PLANS), with the same result; it still takes the full path when the matrix
+    (dense.plan_forward), with the same result; it still takes the full path when the matrix
     left the cache, the flags changed, autocast is on, or an argument is wrong."""
     from sjlt import backends
     from sjlt.ops import dense
 
     x = torch.randn(16, 1000, device="cuda", requires_grad=True)
     first = F.sparse_jl(x, 100, seed=1)
-    assert any(key[0] == x.shape and key[4] == 1 for key in F._DENSE_PLANS)
+    assert any(key[0] == x.shape and key[4] == 1 for key in dense._PLANS)
     again = F.sparse_jl(x, 100, seed=1)
     assert torch.equal(first, again)
     again.sum().backward()  # the planned call is differentiable like the first
     assert torch.allclose(x.grad, F.sparse_jl_transpose(torch.ones(16, 100, device="cuda"), 1000, seed=1))
     dense.clear_cache()
+    assert not dense._PLANS  # a plan leaves with its matrix
     assert torch.equal(F.sparse_jl(x, 100, seed=1), first)  # rebuilt by the full path
     with pytest.raises(TypeError, match="seed"):
         F.sparse_jl(x, 100, seed=True)  # True == 1 as a key, but not a seed
@@ -218,5 +219,14 @@ def test_repeated_small_calls_take_the_dense_plan_and_honour_every_setting():
     finally:
         backends.dense_cache_bytes = old
     assert torch.allclose(kernel, first, atol=1e-5)
+    backends.dense_cache_bytes = 100 * 1000 * 4  # room for one matrix
+    try:
+        F.sparse_jl(x, 100, seed=1)
+        assert any(key[4] == 1 for key in dense._PLANS)
+        F.sparse_jl(x, 100, seed=2)  # evicts seed 1's matrix, and the plans that multiply by it
+        assert [key[4] for key in dense._PLANS] == [2]
+    finally:
+        backends.dense_cache_bytes = old
+    assert torch.equal(F.sparse_jl(x, 100, seed=1), first)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         assert F.sparse_jl(x, 100, seed=1).dtype == torch.bfloat16  # autocast like F.linear
