@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
 
@@ -101,9 +103,13 @@ def test_project_rows_takes_read_only_and_reversed_arrays_without_a_warning(recw
     assert not [w for w in recwarn if "not writable" in str(w.message)]
 
 
-def test_npy_batches_are_read_and_written_in_concurrent_slices(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mapped", [True, False], ids=["through-maps", "by-pwrite"])
+def test_npy_batches_are_read_and_written_in_concurrent_slices(tmp_path, monkeypatch, mapped):
     import sjlt.io.npy as npy
 
+    if mapped and not npy._MAPPED_WRITES:
+        pytest.skip("this platform cannot reserve space for a file (no posix_fallocate)")
+    monkeypatch.setattr(npy, "_MAPPED_WRITES", mapped)
     monkeypatch.setattr(npy, "SLICE_BYTES", 1000)  # not a multiple of a row: slices split rows
     monkeypatch.setattr(npy, "_SLICE_THREADS", 3)
     x = _rows(n=300, d=40)
@@ -115,6 +121,40 @@ def test_npy_batches_are_read_and_written_in_concurrent_slices(tmp_path, monkeyp
     short.write_bytes(bytes(2500))
     with open(short, "rb", buffering=0) as f, pytest.raises(FileProjectionError, match="ended early"):
         npy._read_exactly(f, memoryview(bytearray(4000)), 0)
+
+
+def _fallocate_failing_with(code):
+    def fallocate(fd, offset, length):
+        raise OSError(code, os.strerror(code))
+
+    return fallocate
+
+
+def test_npy_output_is_written_without_maps_where_space_cannot_be_reserved(tmp_path, monkeypatch):
+    import sjlt.io.npy as npy
+
+    if not npy._MAPPED_WRITES:
+        pytest.skip("this platform writes by position only")
+    monkeypatch.setattr(npy.os, "posix_fallocate", _fallocate_failing_with(errno.EOPNOTSUPP))
+    monkeypatch.setattr(npy.mmap, "mmap", None)  # a map would fail: the fallback must not make one
+    x = _rows(n=300, d=40)
+    np.save(tmp_path / "in.npy", x)
+    project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=64, seed=4, batch_rows=70))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "out.npy"), sjlt.sparse_jl(torch.from_numpy(x), 64, seed=4).numpy()
+    )
+
+
+def test_a_full_disk_when_reserving_the_output_fails_cleanly(tmp_path, monkeypatch):
+    import sjlt.io.npy as npy
+
+    if not npy._MAPPED_WRITES:
+        pytest.skip("this platform writes by position only")
+    monkeypatch.setattr(npy.os, "posix_fallocate", _fallocate_failing_with(errno.ENOSPC))
+    np.save(tmp_path / "in.npy", _rows(n=300, d=40))
+    with pytest.raises(FileProjectionError, match="no space left.*free some space"):
+        project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=64, seed=4, batch_rows=70))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy"]
 
 
 def test_device_stream_returns_results_in_order_with_their_tags():
