@@ -110,6 +110,8 @@ def test_npy_batches_are_read_and_written_in_concurrent_slices(tmp_path, monkeyp
     if mapped and not npy._MAPPED_WRITES:
         pytest.skip("this platform cannot reserve space for a file (no posix_fallocate)")
     monkeypatch.setattr(npy, "_MAPPED_WRITES", mapped)
+    monkeypatch.setattr(npy, "RESERVE_BYTES", 5000)  # pieces that end inside batches
+    monkeypatch.setattr(npy, "MAP_SLICE_BYTES", 1000)
     monkeypatch.setattr(npy, "SLICE_BYTES", 1000)  # not a multiple of a row: slices split rows
     monkeypatch.setattr(npy, "_SLICE_THREADS", 3)
     x = _rows(n=300, d=40)
@@ -145,12 +147,21 @@ def test_npy_output_is_written_without_maps_where_space_cannot_be_reserved(tmp_p
     )
 
 
-def test_a_full_disk_when_reserving_the_output_fails_cleanly(tmp_path, monkeypatch):
+@pytest.mark.parametrize("full_from", [0, 10 * 4096], ids=["at-the-start", "at-the-third-batch"])
+def test_a_full_disk_when_reserving_the_output_fails_cleanly(tmp_path, monkeypatch, full_from):
     import sjlt.io.npy as npy
 
     if not npy._MAPPED_WRITES:
         pytest.skip("this platform writes by position only")
-    monkeypatch.setattr(npy.os, "posix_fallocate", _fallocate_failing_with(errno.ENOSPC))
+    real = os.posix_fallocate
+
+    def fallocate(fd, offset, length):
+        if offset >= full_from:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd, offset, length)
+
+    monkeypatch.setattr(npy.os, "posix_fallocate", fallocate)
+    monkeypatch.setattr(npy, "RESERVE_BYTES", 4096)  # 300 x 64 x 4 bytes: 19 pieces
     np.save(tmp_path / "in.npy", _rows(n=300, d=40))
     with pytest.raises(FileProjectionError, match="no space left.*free some space"):
         project_file(tmp_path / "in.npy", tmp_path / "out.npy", Settings(out_features=64, seed=4, batch_rows=70))

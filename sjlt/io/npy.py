@@ -114,20 +114,24 @@ _POSITIONAL = hasattr(os, "preadv") and hasattr(os, "pwritev")
 #: kernel serialises write() calls to one file, but not page faults in a shared mapping, so slices
 #: copied by several threads add up (H100 host, 205 MB into /dev/shm: 75 ms by pwritev slices,
 #: 16-25 ms into reserved space through maps). Reserving first also turns a full disk into an
-#: ENOSPC error at the start, where a write into an unreserved mapping would end the process with
-#: SIGBUS.
+#: ENOSPC error, where a write into an unreserved mapping would end the process with SIGBUS.
 _MAPPED_WRITES = _POSITIONAL and hasattr(os, "posix_fallocate") and hasattr(mmap, "MAP_SHARED")
 _NO_RESERVATION = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+#: Space is reserved in pieces of this size, in order, in a thread of its own, so the first batches
+#: are written while the rest is reserved (reserving 205 MB of /dev/shm takes 36 ms on the H100 host).
+RESERVE_BYTES = 32 << 20
+#: A batch is copied into its map in slices of at least this size, one per write thread.
+MAP_SLICE_BYTES = 1 << 20
 # Reads and writes in separate pools, so a batch's write does not queue behind the next reads.
 _slice_pools: dict[str, ThreadPoolExecutor] = {}
 _slice_pool_lock = threading.Lock()
 
 
-def _slice_pool(kind: str) -> ThreadPoolExecutor:
+def _slice_pool(kind: str, threads: int | None = None) -> ThreadPoolExecutor:
     with _slice_pool_lock:
         pool = _slice_pools.get(kind)
         if pool is None:
-            pool = _slice_pools[kind] = ThreadPoolExecutor(_SLICE_THREADS, thread_name_prefix=f"sjlt-{kind}")
+            pool = _slice_pools[kind] = ThreadPoolExecutor(threads or _SLICE_THREADS, thread_name_prefix=f"sjlt-{kind}")
         return pool
 
 
@@ -154,16 +158,18 @@ def _write_slice(f, view: memoryview, offset: int) -> None:
             done += f.write(view[done:])
 
 
-def _in_slices(transfer, f, view: memoryview, offset: int, kind: str) -> None:
+def _in_slices(transfer, f, view: memoryview, offset: int, kind: str, slice_bytes: int | None = None) -> None:
     """``transfer(f, slice, its offset)`` over the slices of ``view`` (bytes at ``offset`` of the
-    unbuffered file ``f``), concurrently where the platform reads and writes by position; returns
-    once every slice is done, so the buffer can be handed on or given back."""
-    starts = range(0, len(view), SLICE_BYTES)
+    unbuffered file ``f``, SLICE_BYTES each unless given), concurrently where the platform reads and
+    writes by position; returns once every slice is done, so the buffer can be handed on or given
+    back."""
+    slice_bytes = slice_bytes or SLICE_BYTES
+    starts = range(0, len(view), slice_bytes)
     if len(starts) <= 1 or not _POSITIONAL or _SLICE_THREADS == 1:
         transfer(f, view, offset)
         return
     pool = _slice_pool(kind)
-    slices = [pool.submit(transfer, f, view[a : a + SLICE_BYTES], offset + a) for a in starts]
+    slices = [pool.submit(transfer, f, view[a : a + slice_bytes], offset + a) for a in starts]
     for pending in slices:
         pending.exception()
     for pending in slices:
@@ -258,36 +264,55 @@ class NpySink:
             npy_format.write_array_header_1_0(self._file, header)
         self._data_offset = self._file.tell()
         # The space is reserved in the background, while the first batches are read and projected.
-        self._reservation = None
-        if _MAPPED_WRITES and self._expected:
-            self._reservation = _slice_pool("write").submit(
-                os.posix_fallocate, self._file.fileno(), 0, self._data_offset + self._expected
-            )
+        self._mapping = _MAPPED_WRITES and self._expected > 0
+        self._pieces: list = []  # (first byte, its reservation) in file order, until checked
+        if self._mapping:
+            end = self._data_offset + self._expected
+            reserver = _slice_pool("reserve", threads=1)  # one thread: pieces in file order
+            self._pieces = [
+                (
+                    start,
+                    reserver.submit(os.posix_fallocate, self._file.fileno(), start, min(RESERVE_BYTES, end - start)),
+                )
+                for start in range(0, end, RESERVE_BYTES)
+            ]
 
-    def _mapped(self) -> bool:
-        """Whether the output's space is reserved, so batches go through maps; raises the
-        reservation's error (a full disk) unless the file system cannot reserve space."""
-        if self._reservation is None:
-            return False
-        try:
-            self._reservation.result()
-        except OSError as error:
-            if error.errno not in _NO_RESERVATION:
-                raise
-            self._reservation = None
-            return False
-        return True
+    def _reserved(self, end: int) -> bool:
+        """Whether the output's first ``end`` bytes are reserved, so that a batch ending there can
+        go through a map; raises a reservation's error (a full disk), except where the file system
+        cannot reserve space: then batches are written by position from here on."""
+        while self._pieces and self._pieces[0][0] < end:
+            try:
+                self._pieces[0][1].result()
+            except OSError as error:
+                if error.errno not in _NO_RESERVATION:
+                    raise
+                self._stop_reserving()
+                self._mapping = False
+            else:
+                self._pieces.pop(0)
+        return self._mapping
+
+    def _stop_reserving(self) -> None:
+        """Cancels the reservations not started and waits for the one running (before the file closes)."""
+        for _, pending in self._pieces:
+            pending.cancel()
+        for _, pending in self._pieces:
+            if not pending.cancelled():
+                pending.exception()
+        self._pieces = []
 
     def write(self, projected: np.ndarray, batch: Batch) -> None:
         projected = np.ascontiguousarray(projected, dtype=self._dtype)
         view = memoryview(projected).cast("B")
         offset = self._data_offset + self._written
-        if self._mapped() and projected.nbytes:
+        if projected.nbytes and self._reserved(offset + projected.nbytes):
             first_page = offset // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
             region = mmap.mmap(self._file.fileno(), offset + projected.nbytes - first_page, offset=first_page)
             mapped = np.frombuffer(region, dtype=np.uint8)
+            share = max(MAP_SLICE_BYTES, -(-projected.nbytes // _SLICE_THREADS))  # every write thread busy
             try:
-                _in_slices(_copy_into_map, mapped, view, offset - first_page, "write")
+                _in_slices(_copy_into_map, mapped, view, offset - first_page, "write", share)
             finally:
                 del mapped
                 with contextlib.suppress(BufferError):  # a traceback still views it: closed when freed
@@ -308,8 +333,7 @@ class NpySink:
             f.write("\n")
 
     def abort(self) -> None:
-        if self._reservation is not None:
-            self._reservation.exception()  # the file closes after its reservation
+        self._stop_reserving()
         try:
             self._file.close()
         except OSError:
