@@ -7,7 +7,8 @@ torch's own autograd, and it follows torch's float32 matmul precision. The resul
 kernel's to float tolerance, not bit for bit; ``sjlt.ops.choice`` decides which one runs.
 
 Matrices are cached within ``sjlt.backends.dense_cache_bytes``, least recently used first out,
-keyed by everything that defines S; none is cached while a CUDA graph is being captured.
+keyed by everything that defines S; none is cached while a CUDA graph owns new allocations
+(``sjlt._buffers.may_keep``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import OrderedDict
 
 import torch
 
-from .. import backends
+from .. import _buffers, backends
 from ._launch import KERNEL_DTYPES
 from .layouts import triton_hash  # the kernels' own tables: the dense S is the kernels' S
 
@@ -71,7 +72,7 @@ def plan_forward(signature, x: torch.Tensor, out_features: int, key0: int, key1:
     rows = aligned_features(out_features, x)
     key = _matrix_key(x.shape[1], out_features, rows, key0, key1, nnz, column_offset, x.dtype, x.device)
     signs = _CACHE.get(key)
-    if signs is None or (x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+    if signs is None or not _buffers.may_keep(x.device):
         return
     signs_t, zero, alpha, touch, addmm = signs.t(), _zero(x), 1.0 / math.sqrt(nnz), _CACHE.move_to_end, torch.addmm
 
@@ -126,7 +127,7 @@ def _zero(like: torch.Tensor) -> torch.Tensor:
     zero = _ZEROS.get(key)
     if zero is None:
         zero = like.new_zeros(())
-        if not (like.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        if _buffers.may_keep(like.device):
             _ZEROS[key] = zero
     return zero
 
@@ -158,9 +159,8 @@ def sign_matrix(
     values = 1.0 - 2.0 * negative.to(dtype)
     signs.index_put_((rows, cols), values)  # a column's nnz rows are distinct: no duplicates
     size = signs.numel() * signs.element_size()
-    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     budget = backends.byte_budget("dense_cache_bytes")
-    if not capturing and size <= budget:
+    if size <= budget and _buffers.may_keep(device):
         while _CACHE and _cached_bytes + size > budget:
             _cached_bytes -= _evict()
         _CACHE[key] = signs

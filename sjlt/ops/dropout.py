@@ -23,13 +23,13 @@ _CACHE_ENTRIES = 64
 
 
 # 0-d seed tensors of recent int seeds, so that a fixed seed costs no launch per call; never filled
-# during capture or tracing.
+# while a CUDA graph owns new allocations, nor during tracing.
 _SEEDS: dict = {}
 
 
 def _bounded_put(cache: dict, key, value, device: torch.device) -> None:
-    """Caches ``value`` unless it was made during CUDA-graph capture (the graph's pool owns it)."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    """Caches ``value`` unless a CUDA graph's pool owns it (``_buffers.may_keep``)."""
+    if not _buffers.may_keep(device):
         return
     if len(cache) >= _CACHE_ENTRIES:
         cache.pop(next(iter(cache)))

@@ -41,8 +41,7 @@ def window_tables(
     if tables is None:
         tables = _make_window_tables(in_features, out_features, key0, key1, nnz, column_offset, device)
         small = tables.words.numel() * 4 <= _TABLE_CACHE_MAX_BYTES
-        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        if small and not capturing:
+        if small and _buffers.may_keep(device):
             if len(_TABLE_CACHE) >= _TABLE_CACHE_ENTRIES:
                 _TABLE_CACHE.pop(next(iter(_TABLE_CACHE)))
             _TABLE_CACHE[key] = tables
