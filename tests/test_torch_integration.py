@@ -272,9 +272,9 @@ def test_cuda_graph_of_a_training_step_with_backward():
 
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
 def test_reduce_overhead_compile_as_the_very_first_call():
-    """With sjlt's caches empty, the first dropout and projection run inside the warm-up of
-    CUDA-graph trees, which allocates from the graphs' pool: nothing made there may be cached
-    (``_buffers.may_keep``), or a replay overwrites it."""
+    """With sjlt's caches empty, the first dropout and projections (launch-bound: the dense
+    algorithm) run inside the warm-up of CUDA-graph trees, which allocates from the graphs' pool:
+    nothing made there may be cached (``_buffers.may_keep``), or a replay overwrites it."""
     from sjlt.ops import dense, dropout, windowed
 
     torch._dynamo.reset()
