@@ -3,7 +3,9 @@
 The reader does not memory-map the file: pages of a mapping count toward the process's resident
 memory and address space until the kernel evicts them, so a 150 GB input could show 150 GB
 resident. It reads each batch into a reusable buffer of a pool instead, in slices read
-concurrently: one copy, as the mapping would make, with memory fixed by the batch size.
+concurrently: one copy, as the mapping would make, with memory fixed by the batch size. The writer
+maps one batch's part of the output at a time, where its space could be reserved, and unmaps it
+once the batch is copied in, so its resident memory is bounded the same way.
 """
 
 from __future__ import annotations
