@@ -270,6 +270,37 @@ def test_cuda_graph_of_a_training_step_with_backward():
     assert losses == pytest.approx(want, rel=1e-5) and len(set(losses)) == 3
 
 
+def test_caches_keep_nothing_while_a_cuda_graph_tree_warms_up(monkeypatch):
+    """The one rule of sjlt's caches (``_buffers.may_keep``), on the state torch exposes: the CPU
+    always keeps; a CUDA device keeps unless a graph is captured or this thread's CUDA-graph tree
+    manager is in its warm-up (its allocations go to the graphs' pool); when torch's internals
+    differ, nothing is kept. The GPU test below runs the real warm-up."""
+    import sys
+    import types
+
+    from sjlt import _buffers
+
+    assert _buffers.may_keep("cpu")
+    cuda = torch.device("cuda", 0)
+    manager = types.SimpleNamespace(in_warmup=False)
+    trees = types.SimpleNamespace(get_manager=lambda index, create_if_none_exists: manager)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch._C, "_is_key_in_tls", lambda key: True, raising=False)
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", trees)
+    assert _buffers.may_keep(cuda)
+    manager.in_warmup = True
+    assert not _buffers.may_keep(cuda)
+    manager = None  # no tree manager on this thread
+    assert _buffers.may_keep(cuda)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert not _buffers.may_keep(cuda)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    del trees.get_manager  # another torch's internals
+    assert not _buffers.may_keep(cuda)
+    monkeypatch.delitem(sys.modules, "torch._inductor.cudagraph_trees")
+    assert _buffers.may_keep(cuda)  # no trees imported: none can be warming up
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
 def test_reduce_overhead_compile_as_the_very_first_call():
     """With sjlt's caches empty, the first dropout and projections (launch-bound: the dense
