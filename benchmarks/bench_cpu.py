@@ -10,8 +10,10 @@ hits every method alike, ``--repeats`` rounds of: ``sjlt.functional.sparse_jl`` 
 ``SparseRandomProjection.transform`` (fitted with the same k), then the adjoint direction:
 ``sparse_jl_transpose`` against the transpose of a dense matmul (``Y @ G`` with the Gaussian
 estimator's k x d components, numpy) and of the sparse one (``Y @ components_`` of
-SparseRandomProjection, scipy). Ratios are medians of the per-round ratios; one warm-up call
-comes first (numba compile or cache load, table hashing, lazy imports).
+SparseRandomProjection, scipy). Ratios are medians of the per-round ratios; ``--warmup`` rounds
+come first (numba compile or cache load, table hashing, lazy imports, and the first touches of
+fresh huge pages: on the development VM the first 6-8 calls that allocate a 100 MB output took
+130 ms instead of 26, benchmarks/RESULTS.md).
 
 Each round also times a torch copy of an array of X's size (all threads); "% of copy" is the
 median over rounds of copy time / sjlt time, i.e. sjlt's input (forward) or output (transpose)
@@ -83,10 +85,11 @@ def _methods(n: int, d: int, k: int, dtype: str) -> dict:
     }
 
 
-def _interleaved(methods: dict, repeats: int) -> dict:
+def _interleaved(methods: dict, repeats: int, warmup: int) -> dict:
     """name -> list of seconds, one per round; each round runs every method once."""
-    for method in methods.values():
-        method()  # warm-up
+    for _ in range(warmup):
+        for method in methods.values():
+            method()
     times = {name: [] for name in methods}
     for _ in range(repeats):
         for name, method in methods.items():
@@ -178,6 +181,7 @@ def main(argv=None) -> None:
     parser.add_argument("--k", type=int, nargs="+", default=[64, 256, 1024], help="output features")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (>= 3)")
+    parser.add_argument("--warmup", type=int, default=4, help="untimed rounds first (>= 1)")
     parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak memory runs")
     args = parser.parse_args(argv)
     if args.repeats < 3:
@@ -192,7 +196,7 @@ def main(argv=None) -> None:
     rows = []
     for dtype in args.dtypes:
         for k in args.k:
-            times = _interleaved(_methods(n, d, k, dtype), args.repeats)
+            times = _interleaved(_methods(n, d, k, dtype), args.repeats, max(1, args.warmup))
             median = {name: statistics.median(values) for name, values in times.items()}
 
             def ratio(slow, fast):
