@@ -68,7 +68,8 @@ def planned(signature):
 
 def plan_forward(signature, x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int):
     """Records under ``signature`` how to repeat ``forward(x, ...)`` for inputs like ``x``, if its
-    matrix is cached (none is while a CUDA graph is captured, so no plan holds a graph's memory)."""
+    matrix is cached and tensors may be kept now (``_buffers.may_keep``: no plan holds a CUDA
+    graph's memory)."""
     rows = aligned_features(out_features, x)
     key = _matrix_key(x.shape[1], out_features, rows, key0, key1, nnz, column_offset, x.dtype, x.device)
     signs = _CACHE.get(key)
