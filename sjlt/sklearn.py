@@ -189,8 +189,9 @@ class SparseJLProjection(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
         Distortion bound used by ``n_components="auto"``.
     nnz : int or None, default=None
         Nonzeros per column of S, in [1, n_components_]; None means
-        ``sjlt.spec.default_nnz(n_components_)``: 8 (16 from k = 2048), trimmed to the fewest
-        blocks of 16-row windows that cover k and to at most k / 16 (min(8, k) below k = 16).
+        ``sjlt.spec.default_nnz(n_components_)``: 8 (16 from k = 2048, 32 beyond k = 8192),
+        trimmed to the fewest blocks of 16-row windows that cover k and to at most k / 16
+        (min(8, k) below k = 16).
     random_state : int in [0, 2**64), RandomState, Generator or None, default=None
         Source of the seed; see :func:`seed_from_random_state`. An int is the seed itself, so
         it gives the same projection on every machine and device.

@@ -10,9 +10,9 @@ import math
 import numbers
 
 #: Format version of every stream below. Bump it on any change to the distribution.
-SPEC_VERSION = 6
+SPEC_VERSION = 7
 #: The versions whose seeded-dropout stream is the current one (it has not changed since v1).
-DROPOUT_SAME_SINCE = (1, 2, 3, 4, 5, 6)
+DROPOUT_SAME_SINCE = (1, 2, 3, 4, 5, 6, 7)
 
 #: Philox counter word c3 for each consumer: distinct values keep the SJLT and dropout streams
 #: disjoint under the same seed. ASCII 'SJLT' and 'DROP'.
@@ -31,6 +31,12 @@ DEFAULT_NNZ = 8
 #: projection's by 1.1-1.4x there (docs/spec.md, 2b).
 LARGE_K = 2048
 LARGE_K_NNZ = 16
+#: From this many output rows on (k > 8192; 8192 itself keeps 16) the default is VERY_LARGE_K_NNZ:
+#: with 16 nonzeros the tails of sparse and window-concentrated inputs reach 1.11-1.27x a Gaussian
+#: projection's there (the worse of the two), with 32 0.98-1.05x (docs/spec.md, 2b). 32 rather than
+#: 24 keeps power-of-two k on the lattice (multiples of 512).
+VERY_LARGE_K = 8193
+VERY_LARGE_K_NNZ = 32
 #: The windowed layout's XOR masks are affine in the block index over GF(16) (x^4 + x + 1).
 GF16_POLYNOMIAL = 0b10011
 
@@ -99,13 +105,18 @@ def check_dimension(value, name: str) -> int:
 
 
 def default_nnz(out_features: int) -> int:
-    """8 nonzeros (16 from k = 2048 on), trimmed to the fewest blocks of A = ceil(k / 128) (ceil(k /
-    256)) windows that still cover k, and to at most k / 16 so that each block holds 16 rows: the
-    windowed layout for every k from 16 on, with few folded rows (docs/spec.md 2b). Below 16,
-    min(8, k) (classic)."""
+    """8 nonzeros (16 from k = 2048 on, 32 from k = 8193 on), trimmed to the fewest blocks of
+    A = ceil(k / 128) (ceil(k / 256), ceil(k / 512)) windows that still cover k, and to at most
+    k / 16 so that each block holds 16 rows: the windowed layout for every k from 16 on, with few
+    folded rows (docs/spec.md 2b). Below 16, min(8, k) (classic)."""
     if out_features < WINDOW:
         return min(DEFAULT_NNZ, out_features)
-    most = LARGE_K_NNZ if out_features >= LARGE_K else DEFAULT_NNZ
+    if out_features >= VERY_LARGE_K:
+        most = VERY_LARGE_K_NNZ
+    elif out_features >= LARGE_K:
+        most = LARGE_K_NNZ
+    else:
+        most = DEFAULT_NNZ
     windows = -(-out_features // (WINDOW * most))
     return min(out_features // WINDOW, -(-out_features // (WINDOW * windows)))
 
@@ -165,14 +176,15 @@ def sparse_jl_same_since(out_features: int, nnz: int) -> tuple[int, ...]:
     windowed masks; v4 changed only the default nnz, which saves record; v5 gave each band of 8
     blocks its own rotation, which changes windowed matrices with nnz > 8 only; v6 made every
     (k, nnz) with 16 nnz <= k windowed, which changes those off the lattice k = 16 A nnz (classic
-    before). Malformed values trust the current version alone."""
+    before); v7 changed only the default nnz beyond k = 8192, which saves record. Malformed values
+    trust the current version alone."""
     if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in (out_features, nnz)):
         return (SPEC_VERSION,)
     if is_windowed(out_features, nnz) and out_features % (WINDOW * nnz):
-        return (6,)
+        return (6, 7)
     if is_windowed(out_features, nnz) and nnz > BAND:
-        return (5, 6)
-    return (3, 4, 5, 6)
+        return (5, 6, 7)
+    return (3, 4, 5, 6, 7)
 
 
 def resolve_nnz(nnz, out_features: int) -> int:

@@ -220,3 +220,7 @@ def test_outputs_of_an_older_stream_spec_refuse_to_load(tmp_path):
     sidecar.write_text(json.dumps(record))
     with pytest.raises(FileProjectionError, match="version 4.*project the input again"):
         read_provenance(tmp_path / "out.npy")
+    for out_features in (10000, 16384):  # v7 changed only the default nnz beyond 8192 (16 -> 32)
+        record.update(spec_version=6, out_features=out_features, nnz=16)
+        sidecar.write_text(json.dumps(record))
+        assert read_provenance(tmp_path / "out.npy")["nnz"] == 16

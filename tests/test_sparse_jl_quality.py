@@ -145,9 +145,12 @@ def test_band_zero_is_the_v4_matrix():
     assert torch.equal(
         reference.window_rotations(groups, 7, 3, 16)[:, 0], reference.window_rotations(groups, 7, 3, 8)[:, 0]
     )
-    assert spec.sparse_jl_same_since(1024, 8) == spec.sparse_jl_same_since(100, 13) == (3, 4, 5, 6)
-    assert spec.sparse_jl_same_since(4096, 16) == spec.sparse_jl_same_since(384, 12) == (5, 6)
+    assert spec.sparse_jl_same_since(1024, 8) == spec.sparse_jl_same_since(100, 13) == (3, 4, 5, 6, 7)
+    assert spec.sparse_jl_same_since(4096, 16) == spec.sparse_jl_same_since(384, 12) == (5, 6, 7)
     # v6: off the lattice, 16 nnz <= k was classic and is now windowed
-    assert spec.sparse_jl_same_since(1000, 8) == spec.sparse_jl_same_since(8000, 16) == (6,)
+    assert spec.sparse_jl_same_since(1000, 8) == spec.sparse_jl_same_since(8000, 16) == (6, 7)
+    # v7 changed only the default nnz beyond k = 8192: v6's default there (16) keeps its matrix
+    assert spec.sparse_jl_same_since(16384, 16) == spec.sparse_jl_same_since(16384, 32) == (5, 6, 7)
+    assert spec.sparse_jl_same_since(10000, 16) == spec.sparse_jl_same_since(10000, 32) == (6, 7)
     # a malformed record trusts the current version alone
     assert spec.sparse_jl_same_since("4096", 16) == spec.sparse_jl_same_since(4096, None) == (spec.SPEC_VERSION,)

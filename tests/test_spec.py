@@ -9,7 +9,7 @@ from sjlt import reference, spec
 
 
 def test_spec_version_is_exposed():
-    assert sjlt.SPEC_VERSION == spec.SPEC_VERSION == 6
+    assert sjlt.SPEC_VERSION == spec.SPEC_VERSION == 7
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1, np.uint64(7), np.int64(3)])
@@ -104,13 +104,19 @@ def test_default_nnz_is_capped_by_out_features():
         (4096, 16, True),
         (5000, 16, False),
         (8000, 16, False),
-        (8192, 16, True),
+        (8192, 16, True),  # a benchmark shape: keeps 16
+        (8193, 31, False),  # 32 from 8193 on (v7), A = 17, then the fewest blocks that cover k
+        (8704, 32, True),
+        (10000, 32, False),
+        (12000, 32, False),
+        (13835, 31, False),
+        (16384, 32, True),
     ],
 )
 def test_default_nnz_takes_the_windowed_layout_from_k_16(k, nnz, lattice):
-    """The rule (docs/spec.md 2b): 8 nonzeros (16 from 2048), trimmed to the fewest blocks of the
-    same windows that cover k and to k / 16; every k >= 16 is windowed, and off the lattice its
-    blocks are whole windows from aligned rows, the last cut at k."""
+    """The rule (docs/spec.md 2b): 8 nonzeros (16 from 2048, 32 from 8193), trimmed to the fewest
+    blocks of the same windows that cover k and to k / 16; every k >= 16 is windowed, and off the
+    lattice its blocks are whole windows from aligned rows, the last cut at k."""
     assert spec.default_nnz(k) == nnz
     assert spec.is_windowed(k, nnz)
     assert (spec.max_fold(k, nnz) == 0) == lattice
@@ -125,8 +131,28 @@ def test_default_nnz_takes_the_windowed_layout_from_k_16(k, nnz, lattice):
 def test_default_nnz_is_windowed_with_blocks_of_16_rows_for_every_k():
     for k in [*range(16, 20000), 2**20 + 7]:
         nnz = spec.default_nnz(k)
-        assert 1 <= nnz <= (16 if k >= 2048 else 8) and spec.WINDOW * nnz <= k, k
+        assert 1 <= nnz <= (32 if k > 8192 else 16 if k >= 2048 else 8) and spec.WINDOW * nnz <= k, k
         assert 0 <= spec.max_fold(k, nnz) <= spec.WINDOW, k
+
+
+def test_default_nnz_is_32_beyond_8192_and_16_up_to_it():
+    """v7: 32 nonzeros from k = 8193 on (31 where 31 blocks of the same windows cover k), 16 from
+    2048 to 8192; multiples of 512 beyond 8192 are on nnz 32's lattice."""
+    assert spec.VERY_LARGE_K == 8193 and spec.VERY_LARGE_K_NNZ == 32
+    assert {spec.default_nnz(k) for k in range(2048, 8193)} == {15, 16}
+    assert {spec.default_nnz(k) for k in range(8193, 20000)} == {31, 32}
+    for k in range(8704, 2**15 + 1, 512):
+        assert spec.default_nnz(k) == 32 and spec.max_fold(k, 32) == 0, k
+
+
+@pytest.mark.parametrize("k", [16, 100, 1000, 2048, 5000, 8192, 8193, 10000, 12000, 16384, 2**20 + 7])
+@pytest.mark.parametrize("nnz", [1, 8, 16, 24, 31, 32, "default"])
+def test_every_matrix_of_v6_is_the_v7_one(k, nnz):
+    """v7 changed only the default nnz, which saved states record: every (k, nnz) that loaded
+    under v6 still loads, and the current version is always among the accepted ones."""
+    nnz = spec.default_nnz(k) if nnz == "default" else min(nnz, k)
+    same_since = spec.sparse_jl_same_since(k, nnz)
+    assert 6 in same_since and same_since[-1] == spec.SPEC_VERSION == 7, (k, nnz)
 
 
 @pytest.mark.parametrize("k,nnz", [(7, 7), (15, 8), (100, 7), (200, 13), (40, 4)])

@@ -175,6 +175,21 @@ def test_sparse_jl_state_of_spec_v3_keeps_its_recorded_nnz():
     assert torch.equal(module(x), sjlt.functional.sparse_jl(x, 4096, seed=1, nnz=8))
 
 
+@pytest.mark.parametrize("k", [10000, 16384])
+def test_sparse_jl_state_of_spec_v6_beyond_8192_keeps_its_recorded_nnz(k):
+    """v7 changed only the default nnz beyond k = 8192 (16 -> 32): a v6 state names its nnz 16, so
+    it loads and keeps the v6 matrix, off the lattice (10000) and on it (16384)."""
+    state = sjlt.SparseJL(64, k, seed=1, nnz=16).state_dict()
+    state["_extra_state"]["spec_version"] = 6
+    module = sjlt.SparseJL(64, k, seed=1)
+    assert module.nnz == 32
+    module.load_state_dict(state)
+    assert module.nnz == 16
+    x = torch.randn(3, 64)
+    assert torch.equal(module(x), sjlt.functional.sparse_jl(x, k, seed=1, nnz=16))
+    assert not torch.allclose(module(x), sjlt.functional.sparse_jl(x, k, seed=1))  # the v7 default
+
+
 def test_last_seed_is_the_seed_of_the_latest_call_and_none_before(rng):
     layer = sjlt.SeededDropout(0.5, seed=9)
     x = torch.randn(3, 16, generator=rng)

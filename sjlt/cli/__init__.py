@@ -101,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--nnz",
         type=_positive_int,
         metavar="N",
-        help="nonzeros per input column (default 8; K/16 when K is a multiple of 16 below "
-        "128; 16 when K is a multiple of 256 from 2048 on)",
+        help="nonzeros per input column (default 8, 16 from K = 2048, 32 beyond K = 8192, "
+        "trimmed to the fewest blocks of 16-row windows that cover K and to at most K/16; "
+        "min(8, K) below K = 16)",
     )
     project.add_argument(
         "--batch-rows", type=_positive_int, metavar="R", help="rows per batch (default: about 64 MB of input)"
@@ -144,8 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--nnz",
         type=_positive_int,
         metavar="N",
-        help="nonzeros per input column (default 8; k/16 when k is a multiple of 16 below "
-        "128; 16 when k is a multiple of 256 from 2048 on)",
+        help="nonzeros per input column (default 8, 16 from k = 2048, 32 beyond k = 8192, "
+        "trimmed to the fewest blocks of 16-row windows that cover k and to at most k/16; "
+        "min(8, k) below k = 16)",
     )
     evaluate.add_argument(
         "--neighbors", type=_positive_int, default=10, metavar="N", help="the n of recall@n (default 10)"
