@@ -49,7 +49,13 @@ def copy_bandwidth() -> float:
 
 
 def lattice_above(k: int) -> int:
-    """The next lattice k at or above k: a multiple of 256, or of 16 * nnz where that is smaller."""
+    """The next lattice k at or above k: a multiple of 256, or of 16 * nnz where that is smaller.
+    Beyond 8192, where the default is 31-32 nonzeros (spec v7) and multiples of 256 are off its
+    lattice, the next k whose default matrix has no folded rows (16 A nnz, nnz 31 or 32)."""
+    if k >= spec.VERY_LARGE_K:
+        while spec.max_fold(k, spec.default_nnz(k)):
+            k += 1
+        return k
     nnz = spec.default_nnz(k)
     return min(-(-k // 256) * 256, -(-k // (16 * nnz)) * 16 * nnz)
 
