@@ -6,6 +6,13 @@ transposed tile holds feature r of all the tile's samples, so every nonzero (t, 
 contiguous multiply-add of ``tile`` elements, the same for the classic and the windowed layout.
 The table of S is ``rows`` (int32) and ``weights`` (+-1/sqrt(nnz)), both of shape (columns, nnz).
 
+On x86-64 CPUs with AVX-512 the windowed layout's forward takes ``forward_windows`` instead: each
+chunk of 16 columns lands on one 16-row window through a XOR permutation, so a window of y is a
+sum of permuted chunks of x (one vpermps and one multiply-add each), read in place, without the
+transposed tiles. Where columns fall outside that pattern (rows folded off the lattice, chunks cut
+by a column offset) they are added last, so results there may differ in the last bits between CPUs
+with and without AVX-512 (never between thread counts).
+
 Offsets into the scratch buffers are uint64 on purpose: numba wraps negative int64 indices, and
 that check stopped LLVM from vectorizing the multiply-adds (measured 6x slower, NOTES.md).
 ``fastmath`` allows only contraction into FMA, so NaN and inf propagate as the spec says.
@@ -13,7 +20,12 @@ that check stopped LLVM from vectorizing the multiply-adds (measured 6x slower, 
 
 from __future__ import annotations
 
+import platform
+from typing import NamedTuple
+
+import numba
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import njit, types, uint64
 from numba.core import cgutils
@@ -268,7 +280,15 @@ def transpose_block(y, z, rows, weights, y_t, z_t):
             _store_transposed(z_t, z, r0, used, s0, width, False)
 
 
-def row_lists(rows: np.ndarray, weights: np.ndarray, out_features: int):
+class RowTable(NamedTuple):
+    """S_block's nonzeros by row, the table of :func:`forward_block`."""
+
+    starts: np.ndarray
+    columns: np.ndarray
+    weights: np.ndarray
+
+
+def row_lists(rows: np.ndarray, weights: np.ndarray, out_features: int) -> RowTable:
     """S_block's nonzeros by row, the table of :func:`forward_block`, from its table by column
     (``rows``, ``weights`` of shape (w, nnz)): (starts (shards, k + 1) int64, columns int32 within
     their shard, weights). A row's columns stay in ascending order (a stable sort of the
@@ -289,11 +309,335 @@ def row_lists(rows: np.ndarray, weights: np.ndarray, out_features: int):
         columns[done : done + count] = order // nnz
         by_row[done : done + count] = weights[block].ravel()[order]
         done += count
-    return starts, columns, by_row
+    return RowTable(starts, columns, by_row)
+
+
+# --------------------------------------------------------------------------------------------
+# The windowed layout's forward by permutes (x86-64 with AVX-512)
+# --------------------------------------------------------------------------------------------
+#
+# In the windowed layout the 16 columns of chunk c land, in block t, on the 16 rows of one window,
+# column lane l on row 16 w + (l XOR m). So an output window is a sum over its (chunk, block)
+# entries of the chunk permuted by m, times the 16 signs: one vpermps and one masked multiply-add
+# per entry and row, read straight from x's rows and summed in a register. No transposed copies,
+# and each window of y is stored once (NOTES.md, "CPU engine at k >= 256"). LLVM IR has no
+# variable shuffle, so this needs the x86 intrinsic; elsewhere the forward runs ``forward_block``.
+
+#: Rows of x summed together per entry: each entry's permute index and signs are decoded once for
+#: them, and WINDOW_ROWS rows of a 1024-column shard stay in L1.
+WINDOW_ROWS = 8
+#: Chunks of 16 columns per shard: a window's entries are summed shard by shard.
+SHARD_CHUNKS = SHARD_COLUMNS // 16
+
+# An entry (uint64): bits 0-23 the chunk within the table, 24-27 the XOR mask m, 32-47 the output
+# lanes it adds to (the others come through the remainder list), 48-63 the output lanes it negates.
+_CHUNK_BITS = 24
+_MASK_SHIFT = 24
+_VALID_SHIFT = 32
+_SIGN_SHIFT = 48
+
+
+def _window_sum_intrinsic(rows: int):
+    @intrinsic
+    def window_sum(typingctx, y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate):
+        """For b < rows: y[y_offset + b y_pitch:][:16] = (that window if accumulate else 0) + the sum
+        over p < count of the chunk of entries[first + p], permuted and signed, from row b of x
+        (x_offset + b x_pitch + 16 chunk). Lanes outside an entry's valid mask keep their sum, so a
+        NaN there cannot leak into them."""
+        signature = types.void(y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate)
+
+        def codegen(context, builder, sig, args):
+            y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate = args
+            element = context.get_value_type(sig.args[0].dtype)
+            alignment = context.get_abi_sizeof(element)
+            i64 = ir.IntType(64)
+            halves = 1 if alignment == 4 else 2  # float64: 16 lanes in two vectors of 8
+            width = 16 // halves
+            vector = ir.VectorType(element, width)
+            index_type = ir.VectorType(ir.IntType(32 if halves == 1 else 64), width)
+            bits = ir.VectorType(ir.IntType(1), width)
+            if halves == 1:
+                permute = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(vector, [vector, index_type]), "llvm.x86.avx512.permvar.sf.512"
+                )
+            else:
+                permute = cgutils.get_or_insert_function(
+                    builder.module,
+                    ir.FunctionType(vector, [vector, index_type, vector]),
+                    "llvm.x86.avx512.vpermi2var.pd.512",
+                )
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{width}{element.intrinsic_name}"
+            )
+            y_data = context.make_array(sig.args[0])(context, builder, y).data
+            x_data = context.make_array(sig.args[3])(context, builder, x).data
+            entry_data = context.make_array(sig.args[6])(context, builder, entries).data
+
+            def pointer(data, offset):
+                return builder.bitcast(builder.gep(data, [offset], inbounds=True), vector.as_pointer())
+
+            def lane_bits(word, shift, half):
+                field = builder.lshr(word, ir.Constant(i64, shift + width * half))
+                return builder.bitcast(builder.trunc(field, ir.IntType(width)), bits)
+
+            positive = _splat(builder, vector, scale)
+            negative = builder.fneg(positive)
+            zero = ir.Constant(vector, [ir.Constant(element, 0.0)] * width)
+            flag = context.cast(builder, accumulate, sig.args[10], types.boolean)
+            targets = [
+                [
+                    pointer(
+                        y_data,
+                        builder.add(
+                            builder.add(y_offset, builder.mul(y_pitch, ir.Constant(i64, b))),
+                            ir.Constant(i64, width * h),
+                        ),
+                    )
+                    for h in range(halves)
+                ]
+                for b in range(rows)
+            ]
+            sums = [[cgutils.alloca_once_value(builder, zero) for _ in range(halves)] for _ in range(rows)]
+            with builder.if_then(flag):  # a branch, not a select: y is read only to accumulate
+                for b in range(rows):
+                    for h in range(halves):
+                        builder.store(builder.load(targets[b][h], align=alignment), sums[b][h])
+            lanes = [ir.Constant(index_type, [width * h + i for i in range(width)]) for h in range(halves)]
+            with cgutils.for_range(builder, count) as loop:
+                word = builder.load(builder.gep(entry_data, [builder.add(first, loop.index)], inbounds=True))
+                chunk = builder.and_(word, ir.Constant(i64, (1 << _CHUNK_BITS) - 1))
+                column = builder.mul(chunk, ir.Constant(i64, 16))
+                mask = builder.and_(builder.lshr(word, ir.Constant(i64, _MASK_SHIFT)), ir.Constant(i64, 15))
+                mask = _splat(builder, index_type, builder.trunc(mask, index_type.element))
+                indices = [builder.xor(lane, mask) for lane in lanes]
+                signed = [builder.select(lane_bits(word, _SIGN_SHIFT, h), negative, positive) for h in range(halves)]
+                valid = [lane_bits(word, _VALID_SHIFT, h) for h in range(halves)]
+                for b in range(rows):
+                    row = builder.add(builder.add(x_offset, builder.mul(x_pitch, ir.Constant(i64, b))), column)
+                    values = [
+                        builder.load(pointer(x_data, builder.add(row, ir.Constant(i64, width * h))), align=alignment)
+                        for h in range(halves)
+                    ]
+                    for h in range(halves):
+                        if halves == 1:
+                            permuted = builder.call(permute, [values[0], indices[0]])
+                        else:
+                            permuted = builder.call(permute, [values[0], indices[h], values[1]])
+                        total = builder.load(sums[b][h])
+                        summed = builder.call(fma, [permuted, signed[h], total])
+                        builder.store(builder.select(valid[h], summed, total), sums[b][h])
+            for b in range(rows):
+                for h in range(halves):
+                    builder.store(builder.load(sums[b][h]), targets[b][h], align=alignment)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return window_sum
+
+
+_window_sum_rows = _window_sum_intrinsic(WINDOW_ROWS)
+_window_sum_row = _window_sum_intrinsic(1)
+
+
+@njit(**_OPTIONS)
+def _sum_windows(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale, accumulate):
+    if rows == WINDOW_ROWS:
+        _window_sum_rows(y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate)
+    else:
+        for b in range(rows):
+            _window_sum_row(
+                y,
+                y_offset + b * y_pitch,
+                y_pitch,
+                x,
+                x_offset + b * x_pitch,
+                x_pitch,
+                entries,
+                first,
+                count,
+                scale,
+                accumulate,
+            )
+
+
+@njit(**_OPTIONS)
+def forward_windows(x, y, starts, entries, rest, rest_weights, scale, lead, accumulate, spare):
+    """y (+)= x S_block^T for x (m, w) and y (m, k), both with contiguous rows, S_block windowed
+    and given by ``window_lists``: per shard and output window, entries[starts[shard, window]:
+    starts[shard, window + 1]], then the remainder (``rest`` (p, 2) of (row, column) with
+    ``rest_weights``) added one by one. Chunk c starts at column 16 c - lead of x. ``spare`` holds
+    WINDOW_ROWS * 16 elements: the last window of y when k is not a multiple of 16."""
+    m = x.shape[0]
+    k = y.shape[1]
+    x_pitch = np.int64(x.strides[0] // x.itemsize)
+    y_pitch = np.int64(y.strides[0] // y.itemsize)
+    whole = k // 16
+    windows = starts.shape[1] - 1
+    for r0 in range(0, m, WINDOW_ROWS):
+        rows = min(WINDOW_ROWS, m - r0)
+        x_offset = np.int64(r0) * x_pitch - lead
+        for shard in range(starts.shape[0]):
+            added = accumulate or shard > 0
+            for window in range(windows):
+                first = starts[shard, window]
+                count = starts[shard, window + 1] - first
+                if count == 0 and added:
+                    continue
+                if window < whole:
+                    _sum_windows(
+                        y,
+                        np.int64(r0) * y_pitch + 16 * window,
+                        y_pitch,
+                        rows,
+                        x,
+                        x_offset,
+                        x_pitch,
+                        entries,
+                        first,
+                        count,
+                        scale,
+                        added,
+                    )
+                    continue
+                cut = k - 16 * whole  # the last window, summed in spare
+                if added:
+                    for b in range(rows):
+                        for lane in range(cut):
+                            spare[b * 16 + lane] = y[r0 + b, 16 * whole + lane]
+                _sum_windows(
+                    spare, np.int64(0), np.int64(16), rows, x, x_offset, x_pitch, entries, first, count, scale, added
+                )
+                for b in range(rows):
+                    for lane in range(cut):
+                        y[r0 + b, 16 * whole + lane] = spare[b * 16 + lane]
+        for p in range(rest.shape[0]):
+            row, column, weight = rest[p, 0], rest[p, 1], rest_weights[p]
+            for b in range(rows):
+                y[r0 + b, row] += weight * x[r0 + b, column]
+
+
+class WindowTable(NamedTuple):
+    """S_block's (chunk, block) entries by output window, the table of :func:`forward_windows`."""
+
+    starts: np.ndarray
+    entries: np.ndarray
+    rest: np.ndarray
+    rest_weights: np.ndarray
+    scale: np.floating
+    lead: np.int64
+
+
+def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead: int) -> WindowTable:
+    """The table of :func:`forward_windows` from S_block's table by column (``rows``, ``weights``
+    of shape (w, nnz), windowed, column j at lane (j + lead) mod 16 of chunk (j + lead) div 16):
+    a :class:`WindowTable`.
+
+    An entry covers the lanes of one (chunk, block) that follow the window pattern row 16 w + (l
+    XOR m); lanes that do not (rows folded across a cut window) and the columns of chunks cut by
+    the table's ends are the remainder. Entries are in chunk order within a window, so each output
+    sums its columns in ascending order."""
+    width, nnz = rows.shape
+    chunks = -(-(width + lead) // 16)
+    if chunks >= 1 << _CHUNK_BITS:
+        raise ValueError(f"a table of {width} columns has more chunks than an entry holds (2**{_CHUNK_BITS})")
+    padded = np.full((chunks * 16, nnz), -1, dtype=np.int64)
+    padded[lead : lead + width] = rows
+    padded = padded.reshape(chunks, 16, nnz)
+    whole = (padded >= 0).all(axis=(1, 2))
+    lane = np.arange(16)[None, :, None]
+    keys = (padded // 16) * 16 + ((padded % 16) ^ lane)  # (window, mask) as each lane sees them
+    votes = (keys[:, :, None, :] == keys[:, None, :, :]).sum(axis=2)
+    key = np.take_along_axis(keys, votes.argmax(axis=1)[:, None, :], axis=1)[:, 0, :]  # (chunks, nnz)
+    follows = (keys == key[:, None, :]) & whole[:, None, None]
+    mask = key % 16
+    out_lane = lane ^ mask[:, None, :]  # lane l of the chunk lands on output lane l ^ m
+    padded_weights = np.zeros((chunks * 16, nnz), dtype=weights.dtype)
+    padded_weights[lead : lead + width] = weights
+    negative = (padded_weights.reshape(chunks, 16, nnz) < 0) & follows
+    valid_bits = (follows.astype(np.uint64) << out_lane.astype(np.uint64)).sum(axis=1, dtype=np.uint64)
+    sign_bits = (negative.astype(np.uint64) << out_lane.astype(np.uint64)).sum(axis=1, dtype=np.uint64)
+    word = (
+        np.arange(chunks, dtype=np.uint64)[:, None]
+        | (mask.astype(np.uint64) << np.uint64(_MASK_SHIFT))
+        | (valid_bits << np.uint64(_VALID_SHIFT))
+        | (sign_bits << np.uint64(_SIGN_SHIFT))
+    )
+    listed = whole[:, None] & (valid_bits > 0)
+    windows = -(-out_features // 16)
+    chunk_of, block_of = np.nonzero(listed)
+    window_of = key[chunk_of, block_of] // 16
+    shard_of = chunk_of // SHARD_CHUNKS
+    order = np.lexsort((chunk_of, window_of, shard_of))
+    shards = max(1, -(-chunks // SHARD_CHUNKS))
+    counts = np.bincount(shard_of * windows + window_of, minlength=shards * windows).reshape(shards, windows)
+    starts = np.zeros((shards, windows + 1), dtype=np.int64)
+    starts[:, 1:] = np.cumsum(counts, axis=1)
+    starts += np.concatenate(([0], np.cumsum(counts.sum(axis=1))[:-1]))[:, None]
+    entries = word[chunk_of, block_of][order]
+    rest_chunk, rest_lane, rest_block = np.nonzero(~follows & (padded >= 0))
+    rest_column = rest_chunk * 16 + rest_lane - lead
+    rest_row = padded[rest_chunk, rest_lane, rest_block]
+    rest_order = np.lexsort((rest_column, rest_row))
+    rest = np.stack([rest_row[rest_order], rest_column[rest_order]], axis=1).astype(np.int64)
+    rest_weights = padded_weights.reshape(chunks, 16, nnz)[rest_chunk, rest_lane, rest_block][rest_order]
+    scale = np.abs(weights.flat[0]) if weights.size else weights.dtype.type(0)
+    return WindowTable(
+        starts,
+        entries,
+        np.ascontiguousarray(rest),
+        np.ascontiguousarray(rest_weights),
+        weights.dtype.type(scale),
+        np.int64(lead),
+    )
+
+
+def _host_cpu() -> str:
+    """The CPU numba compiles for: NUMBA_CPU_NAME where set (other than "host"), else this one."""
+    name = numba.config.CPU_NAME
+    return name if name and name != "host" else llvm.get_host_cpu_name()
+
+
+def _host_avx512() -> bool:
+    """Whether numba compiles for an x86-64 CPU with AVX-512F, which ``forward_windows`` needs.
+    Checked up front: LLVM aborts the process, rather than raising, on an intrinsic its target
+    lacks. A CPU named through NUMBA_CPU_NAME counts only with +avx512f in NUMBA_CPU_FEATURES."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    if numba.config.CPU_NAME or numba.config.CPU_FEATURES:
+        return "+avx512f" in (numba.config.CPU_FEATURES or "").split(",")
+    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+
+
+#: Whether this machine can run ``forward_windows``.
+CAN_PERMUTE = _host_avx512()
+#: CPUs that split each 512-bit permute into two 256-bit halves: there the tile kernel was faster
+#: at k >= 256 (Zen 4: windows 0.75-0.94x the tiles' speed; Zen 5 1.1-1.8x, Emerald Rapids
+#: 1.3-2.1x; NOTES.md, "Numpy paths").
+HALF_WIDTH_PERMUTES = frozenset({"znver4"})
+#: Whether windowed forwards take ``forward_windows`` on this machine.
+PERMUTES = CAN_PERMUTE and _host_cpu() not in HALF_WIDTH_PERMUTES
+
+
+def forward_table(rows: np.ndarray, weights: np.ndarray, out_features: int, lead: int | None):
+    """The forward's table of S_block from its table by column: window lists where this machine
+    permutes and the layout is windowed (``lead``, the first column's lane, given), else row lists."""
+    if PERMUTES and lead is not None:
+        return window_lists(rows, weights, out_features, lead)
+    return row_lists(rows, weights, out_features)
+
+
+def forward(x, y, table, accumulate: bool, x_t, y_t, spare) -> None:
+    """y (+)= x S_block^T with the kernel of ``table`` (``forward_table``); a window table needs
+    the rows of x and y contiguous."""
+    if isinstance(table, WindowTable):
+        forward_windows(x, y, *table, accumulate, spare)
+    else:
+        forward_block(x, y, *table, accumulate, x_t, y_t)
 
 
 def compile_check() -> None:
-    """Compiles (or loads from numba's cache) and runs both kernels on a tiny float32 input, so that
+    """Compiles (or loads from numba's cache) and runs the kernels on a tiny float32 input, so that
     an incompatible numba fails here, once, rather than inside a projection."""
     x = np.ones((3, 5), dtype=np.float32)
     rows = np.zeros((5, 1), dtype=np.int32)
@@ -305,5 +649,18 @@ def compile_check() -> None:
     )
     z = np.empty((3, 5), dtype=np.float32)
     transpose_block(y, z, rows, weights, np.empty(2 * TILE_ROWS, np.float32), np.empty(5 * TILE_ROWS, np.float32))
-    if not (np.all(y[:, 0] == 5) and np.all(y[:, 1] == 0) and np.all(z == 5)):
+    ok = np.all(y[:, 0] == 5) and np.all(y[:, 1] == 0) and np.all(z == 5)
+    if PERMUTES:  # two chunks onto one window, lane l on row l ^ 3, the second negated
+        lanes = np.arange(32)
+        table = window_lists(
+            (lanes % 16 ^ 3)[:, None].astype(np.int32),
+            np.where(lanes < 16, 1.0, -1.0).astype(np.float32)[:, None],
+            16,
+            0,
+        )
+        x = np.arange(3 * 32, dtype=np.float32).reshape(3, 32)
+        y = np.empty((3, 16), dtype=np.float32)
+        forward_windows(x, y, *table, False, np.empty(16 * WINDOW_ROWS, np.float32))
+        ok = ok and np.array_equal(y, x[:, :16][:, np.arange(16) ^ 3] - x[:, 16:][:, np.arange(16) ^ 3])
+    if not ok:
         raise RuntimeError("the numba kernels compiled but computed a wrong result")

@@ -8,7 +8,8 @@ float tolerance; only the order of the additions differs.
 Two paths:
 
 - **numba** (CPU tensors; a dependency where numba ships wheels, else ``pip install 'seeded-sjlt[cpu]'``): the kernels of
-  ``sjlt._cpu_kernels`` on tiles of rows held transposed, run on ``torch.get_num_threads()``
+  ``sjlt._cpu_kernels`` on tiles of rows held transposed (the windowed forward, on CPUs with
+  AVX-512, by vector permutes of x's rows in place), run on ``torch.get_num_threads()``
   threads of the calling thread. All calls in a process share one pool of ``os.cpu_count()``
   worker threads, so concurrent callers (Dask's threaded scheduler, joblib threads) never run more
   engine threads than there are cores; a caller with one torch thread computes in its own thread.
@@ -33,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from . import reference
+from . import reference, spec
 from ._memory import host_empty
 
 #: ``SJLT_CPU_ENGINE``: "auto" (numba when installed) or "torch" (always the torch path).
@@ -179,14 +180,16 @@ def _table(out_features: int, *, seed: int, nnz: int, column_offset: int, width:
     return table_cache.get((seed, out_features, nnz, column_offset, width, dtype), make)
 
 
-def _row_table(kernels, out_features: int, *, seed: int, nnz: int, column_offset: int, width: int, dtype):
-    """The same nonzeros by row (``kernels.row_lists``), the forward kernel's table."""
+def _forward_table(kernels, out_features: int, *, seed: int, nnz: int, column_offset: int, width: int, dtype):
+    """The same nonzeros as the forward kernel takes them (``kernels.forward_table``): by output
+    window where the machine permutes and the layout is windowed, else by row."""
+    lead = column_offset % spec.WINDOW if spec.is_windowed(out_features, nnz) else None
 
     def make():
         rows, weights = _table(out_features, seed=seed, nnz=nnz, column_offset=column_offset, width=width, dtype=dtype)
-        return kernels.row_lists(rows, weights, out_features)
+        return kernels.forward_table(rows, weights, out_features, lead)
 
-    return table_cache.get(("by row", seed, out_features, nnz, column_offset, width, dtype), make)
+    return table_cache.get(("forward", kernels.PERMUTES, seed, out_features, nnz, column_offset, width, dtype), make)
 
 
 def _table_ranges(columns: int):
@@ -231,11 +234,13 @@ class _Scratch:
         shard = min(width, kernels.SHARD_COLUMNS)
         self.inner = torch.empty(shard * tile, dtype=acc).numpy()
         self.outer = torch.empty(out_width * tile, dtype=acc).numpy()
+        self.spare = torch.empty(16 * kernels.WINDOW_ROWS, dtype=acc).numpy()
         self.staged = staged
         self._blocks = {}
 
     def block(self, name: str, tensor: torch.Tensor, acc: torch.dtype):
-        """tensor as an array the kernels take: a view, or a float32 copy for half precision."""
+        """tensor as an array the kernels take: a view, or a copy in acc (for half precision, or
+        for rows that are not contiguous where the kernel needs them to be)."""
         if not self.staged:
             return tensor.detach().numpy()
         rows, columns = tensor.shape
@@ -264,29 +269,37 @@ def _numba_forward(kernels, x, out_features, *, seed, nnz, column_offset):
     n, d = x.shape
     acc = reference.accumulation_dtype(x.dtype)
     staged = x.dtype != acc
+    # The window kernel reads rows contiguously: other strides are copied block by block.
+    copied = staged or (x.stride(1) != 1 and kernels.PERMUTES and spec.is_windowed(out_features, nnz))
     tile = kernels.TILE_ROWS
     ranges = _table_ranges(d)
     threads = max(1, torch.get_num_threads())
 
     def table(column, width):
-        return _row_table(
+        return _forward_table(
             kernels, out_features, seed=seed, nnz=nnz, column_offset=column_offset + column, width=width, dtype=acc
         )
 
     def project(rows, tables, y, accumulate):
-        """y[rows] (+)= x[rows] S^T over the columns of ``tables`` [(start, width, row table)]."""
-        scratch = _Scratch(kernels, acc, tile, max(width for _, width, _ in tables), out_features, staged)
+        """y[rows] (+)= x[rows] S^T over the columns of ``tables`` [(start, width, forward table)]."""
+        scratch = _Scratch(kernels, acc, tile, max(width for _, width, _ in tables), out_features, copied)
         first, last = rows
-        step = _block_rows(tile, max(d, out_features), staged, last - first)
+        step = _block_rows(tile, max(d, out_features), copied, last - first)
         for start in range(first, last, step):
             stop = min(last, start + step)
             # y has x's half dtype only when there is one table, so a staged block never accumulates.
             direct = not staged or y.dtype == acc
             out = y[start:stop] if direct else scratch.output("y", stop - start, out_features, acc)
-            for index, (column, width, (starts, columns, weights)) in enumerate(tables):
+            for index, (column, width, forward_table) in enumerate(tables):
                 block = scratch.block("x", x[start:stop, column : column + width], acc)
-                kernels.forward_block(
-                    block, out.numpy(), starts, columns, weights, accumulate or index > 0, scratch.inner, scratch.outer
+                kernels.forward(
+                    block,
+                    out.numpy(),
+                    forward_table,
+                    accumulate or index > 0,
+                    scratch.inner,
+                    scratch.outer,
+                    scratch.spare,
                 )
             if not direct:
                 y[start:stop].copy_(out)

@@ -47,15 +47,21 @@ def rng(seed):
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.fixture(params=["numba", "torch"])
+@pytest.fixture(params=["numba_windows", "numba_tiles", "torch"])
 def engine_path(request, monkeypatch):
-    """Runs the test on the numba kernels, then on the torch path that serves without numba."""
+    """Runs the test on the numba kernels (windowed forwards by permutes where the CPU has AVX-512,
+    and on the tile kernel that serves every other machine), then on the torch path that serves
+    without numba."""
     if request.param == "torch":
         monkeypatch.setenv(cpu_engine.ENGINE_VARIABLE, "torch")
-    else:
-        monkeypatch.delenv(cpu_engine.ENGINE_VARIABLE, raising=False)
-        # numba is a test dependency: its absence is a failure here, not a skip.
-        assert cpu_engine.numba_kernels() is not None, "numba kernels unavailable"
+        return request.param
+    monkeypatch.delenv(cpu_engine.ENGINE_VARIABLE, raising=False)
+    kernels = cpu_engine.numba_kernels()
+    # numba is a test dependency: its absence is a failure here, not a skip.
+    assert kernels is not None, "numba kernels unavailable"
+    if request.param == "numba_windows" and not kernels.CAN_PERMUTE:
+        pytest.skip("the permute kernel needs an x86-64 CPU with AVX-512F; this one runs the tile kernel")
+    monkeypatch.setattr(kernels, "PERMUTES", request.param == "numba_windows")
     return request.param
 
 
@@ -101,7 +107,10 @@ def _assert_close(got, want, abs_terms, dtype, seed):
 CASES = [
     (37, 45, 23, 3, 2**33 + 5),  # classic
     (70, 1100, 256, 8, 0),  # windowed (k = 256 = 16 * 8 * 2); d crosses a 1024-column shard
-    (33, 300, 256, 7, 2**32 - 100),  # classic at k = 256 (nnz = 7); columns straddle 2**32
+    (33, 300, 256, 7, 2**32 - 100),  # windowed off the lattice (whole-window folds); straddles 2**32
+    (19, 777, 300, 7, 5),  # a cut last window, rows folded across it; chunks cut at both ends
+    (40, 1000, 1000, 8, 2**32 - 3),  # whole-window and cut folds; a row of 8-row groups and a rest
+    (9, 2100, 2500, 16, 17),  # nnz 16 (two bands), a cut window; d crosses two 1024-column shards
     (31, 200, 64, 4, 2**32 - 40),  # windowed, A = 1
     (1, 17, 16, 1, 3),  # tiny: one row, one windowed block
     (5, 1, 7, 7, 0),  # one column, classic with every row a block
@@ -259,14 +268,15 @@ def _strided_views(base):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("view", ["transposed", "column_step", "row_step", "broadcast_row"])
-def test_strided_inputs_give_the_contiguous_result(engine_path, tiling, view, dtype, rng, seed):
+@pytest.mark.parametrize("k, nnz", [(K, NNZ), (300, 7)], ids=["classic", "windowed"])
+def test_strided_inputs_give_the_contiguous_result(engine_path, tiling, view, dtype, k, nnz, rng, seed):
     base = torch.randn(2 * N, 2 * D, generator=rng).to(dtype)
     x = _strided_views(base)[view]
-    y = cpu_engine.sparse_jl_forward(x, K, seed=seed, nnz=NNZ)
-    assert torch.equal(y, cpu_engine.sparse_jl_forward(x.contiguous(), K, seed=seed, nnz=NNZ)), f"seed {seed}"
-    y_in = torch.randn(2 * N, 2 * K, generator=rng).to(dtype)[::2, 1::2]
-    z = cpu_engine.sparse_jl_transpose(y_in, D, seed=seed, nnz=NNZ)
-    assert torch.equal(z, cpu_engine.sparse_jl_transpose(y_in.contiguous(), D, seed=seed, nnz=NNZ)), f"seed {seed}"
+    y = cpu_engine.sparse_jl_forward(x, k, seed=seed, nnz=nnz)
+    assert torch.equal(y, cpu_engine.sparse_jl_forward(x.contiguous(), k, seed=seed, nnz=nnz)), f"seed {seed}"
+    y_in = torch.randn(2 * N, 2 * k, generator=rng).to(dtype)[::2, 1::2]
+    z = cpu_engine.sparse_jl_transpose(y_in, D, seed=seed, nnz=nnz)
+    assert torch.equal(z, cpu_engine.sparse_jl_transpose(y_in.contiguous(), D, seed=seed, nnz=nnz)), f"seed {seed}"
 
 
 def test_forward_and_transpose_are_adjoint(engine_path, tiling, rng, seed):
@@ -286,7 +296,7 @@ def test_column_shards_sum_to_the_whole(engine_path, rng, seed):
     assert torch.allclose(whole, parts, rtol=1e-12, atol=1e-12), f"seed {seed}"
 
 
-@pytest.mark.parametrize("k, nnz", [(K, NNZ), (256, 8)])
+@pytest.mark.parametrize("k, nnz", [(K, NNZ), (256, 8), (300, 7)])
 def test_nan_reaches_only_the_outputs_its_column_feeds(engine_path, tiling, k, nnz, rng, seed):
     x = torch.randn(N, D, generator=rng)
     x[5, 11] = float("nan")
@@ -295,6 +305,22 @@ def test_nan_reaches_only_the_outputs_its_column_feeds(engine_path, tiling, k, n
     expected = torch.zeros(N, k, dtype=torch.bool)
     expected[5, rows[:, 11]] = True
     assert torch.equal(~torch.isfinite(y), expected), f"seed {seed}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("offset", [0, 2**32 - 48])
+def test_permute_and_tile_kernels_sum_in_the_same_order(monkeypatch, dtype, offset, rng, seed):
+    """On the lattice no entry has a remainder, and each window sums its columns in ascending
+    order, as the tile kernel sums a row's: the two forwards agree bit for bit."""
+    kernels = cpu_engine.numba_kernels()
+    if not kernels.CAN_PERMUTE:
+        pytest.skip("the permute kernel needs an x86-64 CPU with AVX-512F")
+    monkeypatch.setattr(kernels, "PERMUTES", True)
+    x = torch.randn(45, 2100, generator=rng, dtype=dtype)
+    windows = cpu_engine.sparse_jl_forward(x, 512, seed=seed, nnz=8, column_offset=offset)
+    monkeypatch.setattr(kernels, "PERMUTES", False)
+    tiles = cpu_engine.sparse_jl_forward(x, 512, seed=seed, nnz=8, column_offset=offset)
+    assert torch.equal(windows, tiles), f"seed {seed}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
