@@ -18,7 +18,8 @@ fresh huge pages: on the development VM the first 6-8 calls that allocate a 100 
 Each round also times a torch copy of an array of X's size (all threads); "% of copy" is the
 median over rounds of copy time / sjlt time, i.e. sjlt's input (forward) or output (transpose)
 bytes per second as a share of the copy's bytes per second measured under the same load. It also
-prints the speed-up from 1 thread to all (``torch.set_num_threads``);
+prints the speed-up from 1 thread to all (``torch.set_num_threads``), the windowed forward by
+permutes against the tile kernel on one thread where the CPU has AVX-512 (``_cpu_kernels``);
 and the peak resident memory each method adds, measured in a fresh process per method.
 """
 
@@ -124,6 +125,37 @@ def _scaling(n: int, d: int, k: int, dtype: str, repeats: int) -> dict:
         torch.set_num_threads(all_threads)
         result[label] = {threads: statistics.median(values) for threads, values in times.items()}
     return result
+
+
+def _forward_kernels(n: int, d: int, k: int, dtype: str, repeats: int) -> dict | None:
+    """One thread, interleaved: the windowed forward by permutes and by tiles (``PERMUTES`` on and
+    off), medians in seconds; None where numba is off or the CPU cannot permute."""
+    import torch
+
+    import sjlt.functional as F
+    from sjlt import cpu_engine
+
+    kernels = cpu_engine.numba_kernels() if cpu_engine.engine_choice() == "auto" else None
+    if kernels is None or not kernels.CAN_PERMUTE:
+        return None
+    x = torch.from_numpy(_data(n, d, dtype))
+    default, threads = kernels.PERMUTES, torch.get_num_threads()
+    times = {True: [], False: []}
+    torch.set_num_threads(1)
+    try:
+        for permutes in times:  # compile, hash the table, touch the output's pages
+            kernels.PERMUTES = permutes
+            F.sparse_jl(x, k, seed=0)
+        for _ in range(repeats):
+            for permutes in times:
+                kernels.PERMUTES = permutes
+                start = time.perf_counter()
+                F.sparse_jl(x, k, seed=0)
+                times[permutes].append(time.perf_counter() - start)
+    finally:
+        kernels.PERMUTES = default
+        torch.set_num_threads(threads)
+    return {"permutes": statistics.median(times[True]), "tiles": statistics.median(times[False]), "default": default}
 
 
 def measure_peak(method: str, n: int, d: int, k: int, dtype: str) -> float:
@@ -261,6 +293,21 @@ def main(argv=None) -> None:
         for direction, result in _scaling(n, d, k, "float32", args.repeats).items():
             one, every = result[1], result[max(result)]
             print(f"| {k} | {direction} | {one:.4f} | {every:.4f} | {one / every:.2f}x |")
+
+    kernel_rows = [
+        (dtype, k, _forward_kernels(n // 2, d, k, dtype, args.repeats)) for dtype in args.dtypes for k in args.k
+    ]
+    if all(result is not None for _, _, result in kernel_rows):
+        from sjlt import _cpu_kernels
+
+        print(f"\n### Windowed forward kernels on this CPU ({_cpu_kernels._host_cpu()}), 1 thread, X {n // 2} x {d}\n")
+        print("| dtype | k | permutes s | tiles s | permutes speed-up | default here |")
+        print("|---|---|---|---|---|---|")
+        for dtype, k, result in kernel_rows:
+            print(
+                f"| {dtype} | {k} | {result['permutes']:.4f} | {result['tiles']:.4f} | "
+                f"{result['tiles'] / result['permutes']:.2f}x | {'permutes' if result['default'] else 'tiles'} |"
+            )
 
     if not args.no_memory:
         k = 256 if 256 in args.k else args.k[0]
