@@ -615,8 +615,16 @@ CAN_PERMUTE = _host_avx512()
 #: at k >= 256 (Zen 4: windows 0.75-0.94x the tiles' speed; Zen 5 1.1-1.8x, Emerald Rapids
 #: 1.3-2.1x; NOTES.md, "Numpy paths").
 HALF_WIDTH_PERMUTES = frozenset({"znver4"})
+
+
+def _prefers_permutes() -> bool:
+    """Whether ``forward_windows`` should serve this machine's windowed forwards: it can run them,
+    at full width."""
+    return _host_avx512() and _host_cpu() not in HALF_WIDTH_PERMUTES
+
+
 #: Whether windowed forwards take ``forward_windows`` on this machine.
-PERMUTES = CAN_PERMUTE and _host_cpu() not in HALF_WIDTH_PERMUTES
+PERMUTES = _prefers_permutes()
 
 
 def forward_table(rows: np.ndarray, weights: np.ndarray, out_features: int, lead: int | None):

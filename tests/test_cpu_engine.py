@@ -13,6 +13,7 @@ float32 (float64 for float64 inputs) and rounds once:
 
 import math
 import os
+import platform
 import sys
 import threading
 
@@ -305,6 +306,26 @@ def test_nan_reaches_only_the_outputs_its_column_feeds(engine_path, tiling, k, n
     expected = torch.zeros(N, k, dtype=torch.bool)
     expected[5, rows[:, 11]] = True
     assert torch.equal(~torch.isfinite(y), expected), f"seed {seed}"
+
+
+@pytest.mark.parametrize(
+    "name,features,expected",
+    [
+        ("sapphirerapids", "+avx512f,+avx512vl", True),
+        ("znver5", "+avx512f", True),
+        ("znver4", "+avx512f", False),  # 512-bit permutes split in two halves: the tiles are faster
+        ("skylake", "+avx2,-avx512f", False),  # no AVX-512: the permute intrinsic would abort LLVM
+    ],
+)
+def test_the_permute_kernel_serves_cpus_with_full_width_avx512(monkeypatch, name, features, expected):
+    numba = pytest.importorskip("numba")
+    kernels = cpu_engine.numba_kernels()
+    if kernels is None or platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the permute kernel is for x86-64 CPUs under numba")
+    monkeypatch.setattr(numba.config, "CPU_NAME", name)
+    monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
+    assert kernels._host_cpu() == name
+    assert kernels._prefers_permutes() is expected
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
