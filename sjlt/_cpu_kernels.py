@@ -6,12 +6,13 @@ transposed tile holds feature r of all the tile's samples, so every nonzero (t, 
 contiguous multiply-add of ``tile`` elements, the same for the classic and the windowed layout.
 The table of S is ``rows`` (int32) and ``weights`` (+-1/sqrt(nnz)), both of shape (columns, nnz).
 
-On x86-64 CPUs with AVX-512 the windowed layout's forward takes ``forward_windows`` instead: each
-chunk of 16 columns lands on one 16-row window through a XOR permutation, so a window of y is a
-sum of permuted chunks of x (one vpermps and one multiply-add each), read in place, without the
-transposed tiles. Where columns fall outside that pattern (rows folded off the lattice, chunks cut
-by a column offset) they are added last, so results there may differ in the last bits between CPUs
-with and without AVX-512 (never between thread counts).
+On x86-64 CPUs with full-width AVX-512 (``PERMUTES``: not Zen 4) the windowed layout's forward
+takes ``forward_windows`` instead: each chunk of 16 columns lands on one 16-row window through a
+XOR permutation, so a window of y is a sum of permuted chunks of x (one vpermps and one
+multiply-add each), read in place, without the transposed tiles. Where columns fall outside that
+pattern (rows folded off the lattice, chunks cut by a column offset) they are added last, so
+results there may differ in the last bits between CPUs that take it and CPUs that do not (never
+between thread counts).
 
 Offsets into the scratch buffers are uint64 on purpose: numba wraps negative int64 indices, and
 that check stopped LLVM from vectorizing the multiply-adds (measured 6x slower, NOTES.md).
@@ -320,8 +321,9 @@ def row_lists(rows: np.ndarray, weights: np.ndarray, out_features: int) -> RowTa
 # column lane l on row 16 w + (l XOR m). So an output window is a sum over its (chunk, block)
 # entries of the chunk permuted by m, times the 16 signs: one vpermps and one masked multiply-add
 # per entry and row, read straight from x's rows and summed in a register. No transposed copies,
-# and each window of y is stored once (NOTES.md, "CPU engine at k >= 256"). LLVM IR has no
-# variable shuffle, so this needs the x86 intrinsic; elsewhere the forward runs ``forward_block``.
+# and each window of y is stored once (NOTES.md, "Numpy paths": the windowed forward by permutes).
+# LLVM IR has no variable shuffle, so this needs the x86 intrinsic; elsewhere the forward runs
+# ``forward_block``.
 
 #: Rows of x summed together per entry: each entry's permute index and signs are decoded once for
 #: them, and WINDOW_ROWS rows of a 1024-column shard stay in L1.

@@ -9,7 +9,7 @@ Two paths:
 
 - **numba** (CPU tensors; a dependency where numba ships wheels, else ``pip install 'seeded-sjlt[cpu]'``): the kernels of
   ``sjlt._cpu_kernels`` on tiles of rows held transposed (the windowed forward, on CPUs with
-  AVX-512, by vector permutes of x's rows in place), run on ``torch.get_num_threads()``
+  full-width AVX-512, by vector permutes of x's rows in place), run on ``torch.get_num_threads()``
   threads of the calling thread. All calls in a process share one pool of ``os.cpu_count()``
   worker threads, so concurrent callers (Dask's threaded scheduler, joblib threads) never run more
   engine threads than there are cores; a caller with one torch thread computes in its own thread.

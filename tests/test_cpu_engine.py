@@ -334,6 +334,7 @@ def test_permute_and_tile_kernels_sum_in_the_same_order(monkeypatch, dtype, offs
     """On the lattice no entry has a remainder, and each window sums its columns in ascending
     order, as the tile kernel sums a row's: the two forwards agree bit for bit."""
     kernels = cpu_engine.numba_kernels()
+    assert kernels is not None, "numba kernels unavailable"  # a test dependency, as in engine_path
     if not kernels.CAN_PERMUTE:
         pytest.skip("the permute kernel needs an x86-64 CPU with AVX-512F")
     monkeypatch.setattr(kernels, "PERMUTES", True)
