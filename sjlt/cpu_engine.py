@@ -30,11 +30,11 @@ import os
 import threading
 import warnings
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from . import reference, spec
+from ._daemon_pool import DaemonPool
 from ._memory import host_empty
 
 #: ``SJLT_CPU_ENGINE``: "auto" (numba when installed) or "torch" (always the torch path).
@@ -202,11 +202,11 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def _shared_pool() -> ThreadPoolExecutor:
+def _shared_pool() -> DaemonPool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="sjlt-cpu-engine")
+            _pool = DaemonPool(os.cpu_count() or 1, "sjlt-cpu-engine")
         return _pool
 
 

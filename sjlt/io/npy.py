@@ -18,7 +18,6 @@ import mmap
 import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import numpy as np
 import numpy.lib.format as npy_format
 
 from .. import spec
+from .._daemon_pool import DaemonPool
 from .errors import FileProjectionError
 from .pipeline import Batch, BufferPool
 
@@ -125,15 +125,15 @@ RESERVE_BYTES = 32 << 20
 #: A batch is copied into its map in slices of at least this size, one per write thread.
 MAP_SLICE_BYTES = 1 << 20
 # Reads and writes in separate pools, so a batch's write does not queue behind the next reads.
-_slice_pools: dict[str, ThreadPoolExecutor] = {}
+_slice_pools: dict[str, DaemonPool] = {}
 _slice_pool_lock = threading.Lock()
 
 
-def _slice_pool(kind: str, threads: int | None = None) -> ThreadPoolExecutor:
+def _slice_pool(kind: str, threads: int | None = None) -> DaemonPool:
     with _slice_pool_lock:
         pool = _slice_pools.get(kind)
         if pool is None:
-            pool = _slice_pools[kind] = ThreadPoolExecutor(threads or _SLICE_THREADS, thread_name_prefix=f"sjlt-{kind}")
+            pool = _slice_pools[kind] = DaemonPool(threads or _SLICE_THREADS, f"sjlt-{kind}")
         return pool
 
 
