@@ -35,6 +35,7 @@ LAYERS = [
             "sjlt._device",
             "sjlt._memory",
             "sjlt._buffers",
+            "sjlt._daemon_pool",
             "sjlt.backends",
             "sjlt._backend",
             "sjlt.kernels",
