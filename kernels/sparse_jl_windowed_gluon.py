@@ -136,6 +136,7 @@ def sparse_jl_windowed_gluon_forward_kernel(
     BLOCKS: gl.constexpr,
     BANDS: gl.constexpr,
     FOLDS: gl.constexpr,
+    ROW_ALIGN: gl.constexpr,
     BLOCK_N: gl.constexpr,
     WIDTH: gl.constexpr,
     GROUPS: gl.constexpr,
@@ -145,7 +146,10 @@ def sparse_jl_windowed_gluon_forward_kernel(
     """out[split, rows, window a of every block of one band], as the Triton forward writes it (same
     grid, splits and output). BLOCK_N rows (the wgmma's N), split between WARPS // 4 warpgroups
     (one by default: two ran slower, benchmarks/NOTES.md, design 11); WIDTH = 16 * BLOCKS padded to
-    a power of two and to at least 64 (the wgmma's M)."""
+    a power of two and to at least 64 (the wgmma's M). ROW_ALIGN divides the output's row and split
+    strides, as in the Triton forward."""
+    stride_om = stride_om // ROW_ALIGN * ROW_ALIGN
+    stride_split = stride_split // ROW_ALIGN * ROW_ALIGN
     DTYPE: gl.constexpr = x_ptr.dtype.element_ty
     STEP_COLUMNS: gl.constexpr = WINDOW * GROUPS
     # WARPS // 4 warpgroups, each with BLOCK_N / (WARPS // 4) of the rows.
@@ -298,6 +302,7 @@ def sparse_jl_windowed_gluon_forward_kernel(
                 NNZ,
                 BLOCKS,
                 True,
+                ROW_ALIGN * DTYPE.primitive_bitwidth >= 64,
             )
         else:
             _store_folded(
@@ -320,6 +325,7 @@ def sparse_jl_windowed_gluon_forward_kernel(
                 NNZ,
                 BLOCKS,
                 False,
+                ROW_ALIGN * DTYPE.primitive_bitwidth >= 64,
             )
     else:
         cols = _window_columns(q_out, window, windows, band, BLOCKS)
@@ -351,20 +357,49 @@ def _store_folded(
     NNZ: gl.constexpr,
     BLOCKS: gl.constexpr,
     PER_ROW: gl.constexpr,
+    ALIGNED_ROWS: gl.constexpr,
 ):
     """The Triton forward's ``_store_folded``, transposed: spilled rows to the float32 spill, the
-    rest to the output."""
+    rest to the output, and with ALIGNED_ROWS the windows that hold no folded rows (all but 0 and
+    A - 1) stored whole in a branch of their own, where the fold flags cannot cost the compiler its
+    proof of whole windows."""
     cols, first, beyond, offset, _ = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
-    if (window == 0) | (window == windows - 1):
-        block = band * BLOCKS + q_out // WINDOW
-        spill_cols = (block * 2 + gl.where(first, 0, 1)) * fold + offset
-        gl.store(
-            spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * fold) + spill_cols[:, None],
-            out,
-            mask=mask & (first | beyond)[:, None],
-        )
+    pointers = out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok
+    values = out.to(out_ptr.dtype.element_ty)
+    if ALIGNED_ROWS:
+        if (window == 0) | (window == windows - 1):
+            _store_spill(spill_ptr, out, first, beyond, offset, q_out, pid_s, rows, n, mask, band, fold, NNZ, BLOCKS)
+            gl.store(pointers, values, mask=mask & ~(first | beyond)[:, None])
+        else:
+            gl.store(pointers, values, mask=mask)
+    else:  # misaligned rows store element by element anyway: one store, no branch
+        if (window == 0) | (window == windows - 1):
+            _store_spill(spill_ptr, out, first, beyond, offset, q_out, pid_s, rows, n, mask, band, fold, NNZ, BLOCKS)
+        gl.store(pointers, values, mask=mask & ~(first | beyond)[:, None])
+
+
+@gluon.jit
+def _store_spill(
+    spill_ptr,
+    out,
+    first,
+    beyond,
+    offset,
+    q_out,
+    pid_s,
+    rows,
+    n,
+    mask,
+    band,
+    fold,
+    NNZ: gl.constexpr,
+    BLOCKS: gl.constexpr,
+):
+    """The rows that fold or are folded onto (windows 0 and A - 1) to the float32 spill."""
+    block = band * BLOCKS + q_out // WINDOW
+    spill_cols = (block * 2 + gl.where(first, 0, 1)) * fold + offset
     gl.store(
-        out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
-        out.to(out_ptr.dtype.element_ty),
-        mask=mask & ~(first | beyond)[:, None],
+        spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * fold) + spill_cols[:, None],
+        out,
+        mask=mask & (first | beyond)[:, None],
     )

@@ -355,6 +355,8 @@ def _gluon_variants():
                     "BLOCKS": windowed._band_blocks(nnz),
                     "BANDS": spec.band_count(nnz),
                     "FOLDS": nnz in (16, 3),
+                    # folded rows stored by whole windows (4 bfloat16 elements: 8 bytes) and by elements (2)
+                    "ROW_ALIGN": {16: 4, 3: 2}.get(nnz, 16),
                     "BLOCK_N": block_n,
                     "WIDTH": max(windowed._width(nnz), windowed._GLUON_MIN_WIDTH),
                     "GROUPS": groups,

@@ -275,8 +275,8 @@ def test_shuffle_forward_rule():
 
 
 def test_gluon_forward_rule(monkeypatch):
-    """Half types with more than 32 rows and 16-128 groups per program on the lattice (no fold),
-    where the GPU can run it; the rest keep the Triton kernels. (The kernel itself runs in
+    """Half types with more than 32 rows and 16-128 groups per program, on the lattice or with output
+    rows 8-byte aligned, where the GPU can run it; the rest keep the Triton kernels. (The kernel itself runs in
     tests/test_gpu_only.py: Gluon has no interpreter.)"""
     x = torch.empty(64, 1024, dtype=torch.bfloat16)
     assert not windowed._gluon_supported(x, 0)  # not on a GPU
@@ -285,7 +285,9 @@ def test_gluon_forward_rule(monkeypatch):
     assert rule(x, 0, 16) and rule(x, 0, 128) and rule(x.half(), 0, 64)
     assert not rule(x, 0, 15) and not rule(x, 0, 129)
     assert not rule(x[:32], 0, 64) and not rule(x.float(), 0, 64)
-    assert rule(x, 0, 64, fold=0) and not rule(x, 0, 64, fold=16)
+    # off the lattice where output rows are 8-byte aligned (k a multiple of 4 half-type elements)
+    assert rule(x, 0, 64, folded_k=1000) and rule(x, 0, 64, folded_k=2500)
+    assert not rule(x, 0, 64, folded_k=1002) and not rule(x, 0, 64, folded_k=777)
 
 
 def test_gluon_forward_refuses_an_input_it_cannot_run(kernel_device):

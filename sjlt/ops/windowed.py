@@ -107,6 +107,13 @@ def _aligned_rows(out: torch.Tensor) -> bool:
     return out.stride(-2) % spec.WINDOW == 0
 
 
+def _row_align(out: torch.Tensor, stride_split: int) -> int:
+    """The largest power of two up to 16 that divides the forward output's row and split strides
+    and its start (in elements): the Gluon kernel's ROW_ALIGN, from which it vectorizes Y's stores."""
+    start = out.data_ptr() // out.element_size() if out.data_ptr() % out.element_size() == 0 else 1
+    return math.gcd(out.stride(-2), stride_split, start, spec.WINDOW)
+
+
 def _spill(n: int, splits: int, nnz: int, fold: int, like: torch.Tensor) -> torch.Tensor:
     """The forward kernels' float32 spill of (splits, n, nnz, 2, fold): each block's first rows and
     the padded rows that fold onto them, which the kernels store apart so that each output is
@@ -247,23 +254,29 @@ _SHUFFLE_MAX_ROWS = {torch.float32: 32, torch.bfloat16: 16, torch.float16: 16}
 _SHUFFLE_RUN_GROUPS = 240
 
 
-def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int, fold: int = 0) -> bool:
+def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int, folded_k: int | None = None) -> bool:
     """Whether a forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``): half
     types with more than 32 rows and 16-128 groups per program, where it wins (design 11; H100,
     ``python benchmarks/sweep_gluon.py``, benchmarks/RESULTS.md "The forward in Gluon"): 1.04-1.11x
     at 16-128 groups per program (2**20 x 1024 -> 64 / 256, 2**18 x 4096 -> 256 / 4096, 2**16 x 2**14
     -> 1024, 2**16 x 2**13 -> 2048, 2**17 x 2048 -> 512), 0.98-0.99x at 8 (2**20 x 1024 -> 1024),
     and 0.76-0.84x with runs of 512 groups and more, where the Triton kernel's pipelined 128-row
-    programs are faster. Only on the lattice (``fold`` = 0): off it the Triton kernel was faster at
-    7 of 12 k measured and at most 1.14x slower, while Gluon took up to 2.4x its time (bfloat16
-    2**16 x 2**14 -> 15629: 12.2 ms against 5.1; NOTES.md, "Any k"). And only where it can run
-    (:func:`_gluon_supported`)."""
+    programs are faster. Off the lattice (``folded_k``, the k of a forward with folded rows) only
+    where output rows are 8-byte aligned (k a multiple of 4), so that its windows without folded
+    rows store whole: there it took 0.67-0.79x the Triton kernel's time (H200, bfloat16 2**15-2**16
+    x 2**14, k = 1000-12000; NOTES.md, "Any k", design 10), where before that store it took up to
+    2.4x. And only where it can run (:func:`_gluon_supported`)."""
     return (
         x.shape[0] > 32
-        and fold == 0
+        and (folded_k is None or folded_k % _GLUON_FOLDED_ROW_MULTIPLE == 0)
         and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1]
         and _gluon_supported(x, column_offset)
     )
+
+
+#: Output row lengths (in elements) of which a folded forward's must be a multiple to run in Gluon:
+#: 4 half-type elements, 8 bytes, the least alignment at which its whole-window stores vectorize.
+_GLUON_FOLDED_ROW_MULTIPLE = 4
 
 
 #: Groups per program, inclusive, over which half-type forwards run the Gluon kernel.
@@ -359,6 +372,7 @@ def _forward_gluon(
         BLOCKS=_band_blocks(nnz),
         BANDS=bands,
         FOLDS=fold > 0,
+        ROW_ALIGN=_row_align(out, stride_split),
         BLOCK_N=block_n,
         WIDTH=max(width, _GLUON_MIN_WIDTH),
         GROUPS=groups_per_step,
@@ -543,7 +557,11 @@ def _forward(
         x, nnz, groups, tables.windows, tiling.splits, block_m, out_features, bands, input_bytes, per_sm
     )
     fold = _fold(out_features, nnz)
-    if spans is None and (_gluon_forward(x, column_offset, per_split, fold) if tiling.gluon is None else tiling.gluon):
+    if spans is None and (
+        _gluon_forward(x, column_offset, per_split, out_features if fold else None)
+        if tiling.gluon is None
+        else tiling.gluon
+    ):
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
     shuffles = _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle
     if shuffles and per_sm != _SHUFFLE_PROGRAMS_PER_SM:
