@@ -670,70 +670,41 @@ def _store_window(
     scale,
     n,
     out_features,
-    fold,
     stride_om,
     stride_ok,
     stride_split,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
-    BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
-    ALIGNED_ROWS: tl.constexpr,
 ):
     """scale * acc into window a of this split's output, acc's column q = 16t + u being row u of the
     window in block band * BLOCKS + t (blocks that do not exist are not written). FOLDS: k is off
-    the lattice, so each block's padded rows [size, 16 A) add onto its first rows (docs/spec.md 2b);
-    those first rows and the padded rows go to a float32 spill of (splits, n, NNZ, 2, fold) instead
-    (fold: the most rows a block folds), which ``fold_spill_kernel`` sums and rounds once."""
+    the lattice, so each block's padded rows [size, 16 A) add onto its first rows (docs/spec.md 2b).
+    Those rows lie in windows 0 and A - 1, which go whole to a float32 spill of (splits, n, NNZ, 2,
+    16) instead, from which ``fold_spill_kernel`` writes their rows of Y, folded, summed over the
+    splits and rounded once. A whole window keeps one store per program: storing the folded rows
+    to the spill beside the rest to Y took a second layout conversion of the accumulator, and 234
+    registers against 168 in bfloat16 (benchmarks/NOTES.md, "Any k", design 11)."""
     _, exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
     mask = mask_m[:, None] & exists[None, :]
     values = acc * scale
     if FOLDS:
-        if _cut_program(window, windows, band, out_features, BANDS):
-            _store_folded(
-                out_ptr,
-                spill_ptr,
+        if (window == 0) | (window == windows - 1):
+            spill_columns = _spill_columns(offs_q, window, band, BLOCKS)
+            tl.store(
+                spill_ptr + ((pid_s.to(tl.int64) * n + offs_m[:, None]) * NNZ) * (2 * WINDOW) + spill_columns[None, :],
                 values,
-                offs_q,
-                pid_s,
-                offs_m,
-                mask,
-                window,
-                windows,
-                band,
-                n,
-                out_features,
-                fold,
-                stride_om,
-                stride_ok,
-                stride_split,
-                NNZ,
-                BLOCKS,
-                True,
-                ALIGNED_ROWS,
+                mask=mask,
             )
         else:
-            _store_folded(
-                out_ptr,
-                spill_ptr,
-                values,
-                offs_q,
-                pid_s,
-                offs_m,
-                mask,
-                window,
-                windows,
-                band,
-                n,
-                out_features,
-                fold,
-                stride_om,
-                stride_ok,
-                stride_split,
-                NNZ,
-                BLOCKS,
-                False,
-                ALIGNED_ROWS,
+            columns = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, False)[0]
+            tl.store(
+                out_ptr
+                + pid_s.to(tl.int64) * stride_split
+                + offs_m[:, None] * stride_om
+                + columns[None, :] * stride_ok,
+                values.to(out_ptr.dtype.element_ty),
+                mask=mask,
             )
     else:
         columns = _window_columns(offs_q, window, windows, band, BLOCKS)
@@ -745,133 +716,11 @@ def _store_window(
 
 
 @triton.jit
-def _store_folded(
-    out_ptr,
-    spill_ptr,
-    values,
-    offs_q,
-    pid_s,
-    offs_m,
-    mask,
-    window,
-    windows,
-    band,
-    n,
-    out_features,
-    fold,
-    stride_om,
-    stride_ok,
-    stride_split,
-    NNZ: tl.constexpr,
-    BLOCKS: tl.constexpr,
-    PER_ROW: tl.constexpr,
-    ALIGNED_ROWS: tl.constexpr,
-):
-    """``_store_window`` off the lattice: rows that fold and rows folded onto to the spill, the
-    rest to the output. Only windows 0 and A - 1 hold such rows. With ALIGNED_ROWS (output rows
-    16-element aligned) the other windows store whole, in a branch of their own: a mask made of the
-    fold flags costs the compiler its proof of whole 16-lane windows, and the stores go scalar
-    (2.5x the forward's time in bfloat16). Misaligned rows store scalar anyway, and there the
-    branch only cost time (benchmarks/NOTES.md, "Any k")."""
-    columns, first, beyond, offset, _ = _folded_rows(offs_q, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
-    if ALIGNED_ROWS:
-        if (window == 0) | (window == windows - 1):
-            _store_spilled(
-                out_ptr,
-                spill_ptr,
-                values,
-                columns,
-                first,
-                beyond,
-                offset,
-                offs_q,
-                pid_s,
-                offs_m,
-                mask,
-                window,
-                windows,
-                band,
-                n,
-                fold,
-                stride_om,
-                stride_ok,
-                stride_split,
-                NNZ,
-                BLOCKS,
-            )
-        else:
-            tl.store(
-                out_ptr
-                + pid_s.to(tl.int64) * stride_split
-                + offs_m[:, None] * stride_om
-                + columns[None, :] * stride_ok,
-                values.to(out_ptr.dtype.element_ty),
-                mask=mask,
-            )
-    else:
-        _store_spilled(
-            out_ptr,
-            spill_ptr,
-            values,
-            columns,
-            first,
-            beyond,
-            offset,
-            offs_q,
-            pid_s,
-            offs_m,
-            mask,
-            window,
-            windows,
-            band,
-            n,
-            fold,
-            stride_om,
-            stride_ok,
-            stride_split,
-            NNZ,
-            BLOCKS,
-        )
-
-
-@triton.jit
-def _store_spilled(
-    out_ptr,
-    spill_ptr,
-    values,
-    columns,
-    first,
-    beyond,
-    offset,
-    offs_q,
-    pid_s,
-    offs_m,
-    mask,
-    window,
-    windows,
-    band,
-    n,
-    fold,
-    stride_om,
-    stride_ok,
-    stride_split,
-    NNZ: tl.constexpr,
-    BLOCKS: tl.constexpr,
-):
-    """The rows that fold or are folded onto (windows 0 and A - 1) to the spill, the rest to the output."""
-    if (window == 0) | (window == windows - 1):
-        block = band * BLOCKS + offs_q // WINDOW
-        spill_columns = (block * 2 + tl.where(first, 0, 1)) * fold + offset
-        tl.store(
-            spill_ptr + ((pid_s.to(tl.int64) * n + offs_m[:, None]) * NNZ) * (2 * fold) + spill_columns[None, :],
-            values,
-            mask=mask & (first | beyond)[None, :],
-        )
-    tl.store(
-        out_ptr + pid_s.to(tl.int64) * stride_split + offs_m[:, None] * stride_om + columns[None, :] * stride_ok,
-        values.to(out_ptr.dtype.element_ty),
-        mask=mask & ~(first | beyond)[None, :],
-    )
+def _spill_columns(offs_q, window, band, BLOCKS: tl.constexpr):
+    """A spill row's column of accumulator column q = 16t + u in window 0 (slot 0) or A - 1 (slot 1)
+    of block band * BLOCKS + t: (2 block + slot) * 16 + u."""
+    block = band * BLOCKS + offs_q // WINDOW
+    return (block * 2 + (window != 0).to(tl.int32)) * WINDOW + offs_q % WINDOW
 
 
 @triton.jit
@@ -997,7 +846,6 @@ def sparse_jl_windowed_forward_kernel(
     windows,
     scale,
     out_features,
-    fold,
     stride_xm,
     stride_xd,
     stride_om,
@@ -1007,7 +855,6 @@ def sparse_jl_windowed_forward_kernel(
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
-    ALIGNED_ROWS: tl.constexpr,
     SEGMENTS: tl.constexpr,
     SEGMENT_MULTIPLE: tl.constexpr,
     FP32_PASSES: tl.constexpr,
@@ -1100,15 +947,12 @@ def sparse_jl_windowed_forward_kernel(
         scale,
         n,
         out_features,
-        fold,
         stride_om,
         stride_ok,
         stride_split,
         NNZ,
         BLOCKS,
-        BANDS,
         FOLDS,
-        ALIGNED_ROWS,
     )
 
 
@@ -1119,29 +963,36 @@ def fold_spill_kernel(
     n,
     out_features,
     windows,
-    fold,
     splits,
     stride_om,
     stride_ok,
     NNZ: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """out[m, start_t + v] = the forward's spill of row start_t + v plus that of padded row size_t + v,
-    summed over the splits in order and rounded once, for every block t and v < 16 A - size_t (the
-    rows the block folds; docs/spec.md 2b). Grid: cdiv(n * NNZ * fold, BLOCK)."""
+    """Y's rows in windows 0 and A - 1 of every block t, from the forward's float32 spill of those
+    windows (splits, n, NNZ, 2, 16): row r of the block is the spill of padded row r, plus, for its
+    first 16 A - size_t rows, that of padded row size_t + r (docs/spec.md 2b), summed over the
+    splits in order and rounded once. Grid: cdiv(n * NNZ * 32, BLOCK)."""
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = idx // (NNZ * fold)
-    block = (idx // fold) % NNZ
-    v = idx % fold
-    total = (out_features + WINDOW - 1) // WINDOW
-    start = WINDOW * ((block * total) // NNZ)
-    size = tl.minimum(WINDOW * (((block + 1) * total) // NNZ), out_features) - start
-    valid = (m < n) & (v < WINDOW * windows - size)
+    m = idx // (NNZ * 2 * WINDOW)
+    block = (idx // (2 * WINDOW)) % NNZ
+    slot = (idx // WINDOW) % 2
+    lane = idx % WINDOW
+    total_windows = (out_features + WINDOW - 1) // WINDOW
+    start = WINDOW * ((block * total_windows) // NNZ)
+    size = tl.minimum(WINDOW * (((block + 1) * total_windows) // NNZ), out_features) - start
+    last = WINDOW * (windows - 1)  # window A - 1's first padded row
+    # One row per element, no vectors: with k a multiple of 16 the store's 16 contiguous rows made
+    # triton 3.6 fail in its layout pass (TritonGPURemoveLayoutConversions); the kernel is small.
+    row = tl.max_contiguous(slot * last + lane, 1)
+    valid = (m < n) & (row < size)
+    folded_onto = valid & (slot == 0) & (row < WINDOW * windows - size)
     total = tl.zeros((BLOCK,), dtype=tl.float32)
     for split in range(splits):
-        base = spill_ptr + ((split * n + m) * NNZ + block) * (2 * fold) + v
-        total += tl.load(base, mask=valid, other=0.0) + tl.load(base + fold, mask=valid, other=0.0)
-    tl.store(out_ptr + m * stride_om + (start + v) * stride_ok, total.to(out_ptr.dtype.element_ty), mask=valid)
+        base = spill_ptr + ((split * n + m) * NNZ + block) * (2 * WINDOW)
+        own = tl.load(base + slot * WINDOW + lane, mask=valid, other=0.0)
+        total += own + tl.load(base + WINDOW + (size + row - last), mask=folded_onto, other=0.0)
+    tl.store(out_ptr + m * stride_om + (start + row) * stride_ok, total.to(out_ptr.dtype.element_ty), mask=valid)
 
 
 @triton.jit
@@ -1220,13 +1071,11 @@ def _store_block(
     scale,
     n,
     out_features,
-    fold,
     stride_om,
     stride_ok,
     stride_split,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
-    BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
 ):
     """Window a of block band * BLOCKS + t of this split's output, if the block exists."""
@@ -1245,15 +1094,12 @@ def _store_block(
             scale,
             n,
             out_features,
-            fold,
             stride_om,
             stride_ok,
             stride_split,
             NNZ,
             BLOCKS,
-            BANDS,
             FOLDS,
-            False,  # the CUDA-core forward (few rows, float32) keeps its measured stores
         )
 
 
@@ -1332,7 +1178,6 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     windows,
     scale,
     out_features,
-    fold,
     stride_xm,
     stride_xd,
     stride_om,
@@ -1402,16 +1247,16 @@ def sparse_jl_windowed_shuffle_forward_kernel(
             *accs, x_ptr, g_begin, g_end, d, column_offset, stride_xm, stride_xd, *run, NNZ, BLOCKS, BANDS
         )
     # eight accumulators and stores, one per block: Triton has no arrays of tensors
-    tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features, fold)
-    tile = tile + (stride_om, stride_ok, stride_split)
-    _store_block(out_ptr, spill_ptr, a0, 0, *tile, NNZ, BLOCKS, BANDS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a1, 1, *tile, NNZ, BLOCKS, BANDS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a2, 2, *tile, NNZ, BLOCKS, BANDS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a3, 3, *tile, NNZ, BLOCKS, BANDS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a4, 4, *tile, NNZ, BLOCKS, BANDS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a5, 5, *tile, NNZ, BLOCKS, BANDS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a6, 6, *tile, NNZ, BLOCKS, BANDS, FOLDS)
-    _store_block(out_ptr, spill_ptr, a7, 7, *tile, NNZ, BLOCKS, BANDS, FOLDS)
+    tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features, stride_om, stride_ok)
+    tile = tile + (stride_split,)
+    _store_block(out_ptr, spill_ptr, a0, 0, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a1, 1, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a2, 2, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a3, 3, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a4, 4, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a5, 5, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a6, 6, *tile, NNZ, BLOCKS, FOLDS)
+    _store_block(out_ptr, spill_ptr, a7, 7, *tile, NNZ, BLOCKS, FOLDS)
 
 
 @triton.jit

@@ -29,9 +29,9 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .sparse_jl_windowed import (
     WINDOW,
     _band_blocks,
-    _cut_program,
     _folded_rows,
     _signed_permutation,
+    _spill_columns,
     _stacked_columns,
     _step_chunks,
     _step_words,
@@ -127,7 +127,6 @@ def sparse_jl_windowed_gluon_forward_kernel(
     windows,
     scale,
     out_features,
-    fold,
     stride_xm,
     stride_om,
     stride_ok,
@@ -280,52 +279,20 @@ def sparse_jl_windowed_gluon_forward_kernel(
     rows = row0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
     _, exists = _band_blocks(q_out, band, NNZ, BLOCKS)
     mask = exists[:, None] & (rows < n)[None, :]
-    if FOLDS:  # first and padded rows of each block to the float32 spill, as the Triton forward
-        if _cut_program(window, windows, band, out_features, BANDS):
-            _store_folded(
-                out_ptr,
-                spill_ptr,
+    if FOLDS:  # windows 0 and A - 1 whole to the float32 spill, the rest to Y, as the Triton forward
+        if (window == 0) | (window == windows - 1):
+            spill_cols = _spill_columns(q_out, window, band, BLOCKS)
+            gl.store(
+                spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * WINDOW) + spill_cols[:, None],
                 out,
-                q_out,
-                pid_s,
-                rows,
-                n,
-                mask,
-                window,
-                windows,
-                band,
-                out_features,
-                fold,
-                stride_om,
-                stride_ok,
-                stride_split,
-                NNZ,
-                BLOCKS,
-                True,
-                ROW_ALIGN * DTYPE.primitive_bitwidth >= 64,
+                mask=mask,
             )
         else:
-            _store_folded(
-                out_ptr,
-                spill_ptr,
-                out,
-                q_out,
-                pid_s,
-                rows,
-                n,
-                mask,
-                window,
-                windows,
-                band,
-                out_features,
-                fold,
-                stride_om,
-                stride_ok,
-                stride_split,
-                NNZ,
-                BLOCKS,
-                False,
-                ROW_ALIGN * DTYPE.primitive_bitwidth >= 64,
+            cols = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS, False)[0]
+            gl.store(
+                out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
+                out.to(out_ptr.dtype.element_ty),
+                mask=mask,
             )
     else:
         cols = _window_columns(q_out, window, windows, band, BLOCKS)
@@ -334,72 +301,3 @@ def sparse_jl_windowed_gluon_forward_kernel(
             out.to(out_ptr.dtype.element_ty),
             mask=mask,
         )
-
-
-@gluon.jit
-def _store_folded(
-    out_ptr,
-    spill_ptr,
-    out,
-    q_out,
-    pid_s,
-    rows,
-    n,
-    mask,
-    window,
-    windows,
-    band,
-    out_features,
-    fold,
-    stride_om,
-    stride_ok,
-    stride_split,
-    NNZ: gl.constexpr,
-    BLOCKS: gl.constexpr,
-    PER_ROW: gl.constexpr,
-    ALIGNED_ROWS: gl.constexpr,
-):
-    """The Triton forward's ``_store_folded``, transposed: spilled rows to the float32 spill, the
-    rest to the output, and with ALIGNED_ROWS the windows that hold no folded rows (all but 0 and
-    A - 1) stored whole in a branch of their own, where the fold flags cannot cost the compiler its
-    proof of whole windows."""
-    cols, first, beyond, offset, _ = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS, PER_ROW)
-    pointers = out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok
-    values = out.to(out_ptr.dtype.element_ty)
-    if ALIGNED_ROWS:
-        if (window == 0) | (window == windows - 1):
-            _store_spill(spill_ptr, out, first, beyond, offset, q_out, pid_s, rows, n, mask, band, fold, NNZ, BLOCKS)
-            gl.store(pointers, values, mask=mask & ~(first | beyond)[:, None])
-        else:
-            gl.store(pointers, values, mask=mask)
-    else:  # misaligned rows store element by element anyway: one store, no branch
-        if (window == 0) | (window == windows - 1):
-            _store_spill(spill_ptr, out, first, beyond, offset, q_out, pid_s, rows, n, mask, band, fold, NNZ, BLOCKS)
-        gl.store(pointers, values, mask=mask & ~(first | beyond)[:, None])
-
-
-@gluon.jit
-def _store_spill(
-    spill_ptr,
-    out,
-    first,
-    beyond,
-    offset,
-    q_out,
-    pid_s,
-    rows,
-    n,
-    mask,
-    band,
-    fold,
-    NNZ: gl.constexpr,
-    BLOCKS: gl.constexpr,
-):
-    """The rows that fold or are folded onto (windows 0 and A - 1) to the float32 spill."""
-    block = band * BLOCKS + q_out // WINDOW
-    spill_cols = (block * 2 + gl.where(first, 0, 1)) * fold + offset
-    gl.store(
-        spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * fold) + spill_cols[:, None],
-        out,
-        mask=mask & (first | beyond)[:, None],
-    )

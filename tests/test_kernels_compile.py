@@ -30,6 +30,7 @@ FAMILIES = {
         "sparse_jl_windowed_forward_kernel",
         "sparse_jl_windowed_shuffle_forward_kernel",
         "window_table_kernel",
+        "fold_spill_kernel",
     },  # and the Gluon forward on sm_90
     "windowed_transpose": {"sparse_jl_windowed_transpose_kernel"},
 }
@@ -196,7 +197,6 @@ def _variants():
                 "split_segments_ptr": "*i32",
                 **common,
                 "out_features": I32,
-                "fold": I32,
                 "groups": I32,
                 "stride_xm": I64,
                 "stride_xd": I32,
@@ -216,7 +216,6 @@ def _variants():
                         "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
                         "PIPELINED": pipelined,
-                        "ALIGNED_ROWS": nnz != 3,  # both store paths compile
                         **_segments(nnz, block_m),
                     },
                 )
@@ -227,7 +226,6 @@ def _variants():
                     {
                         **const,
                         "BLOCK_M": windowed._WIDE_ROWS,
-                        "ALIGNED_ROWS": True,
                         "GROUPS": 4,
                         "UNROLL": 1,
                         "PROMOTE_EVERY": 0,
@@ -289,6 +287,22 @@ def _variants():
             },
             const,
         )
+    for dtype in ("fp32", "bf16", "fp16"):
+        for aligned in (False, True):  # k a multiple of 16 or not, as the launcher specialises it
+            yield (
+                "fold_spill_kernel",
+                {
+                    "spill_ptr": "*fp32",
+                    "out_ptr": f"*{dtype}",
+                    "n": I32,
+                    "out_features": I32,
+                    "windows": I32,
+                    "splits": I32,
+                    "stride_om": I64,
+                },
+                {"stride_ok": 1, "NNZ": 16, "BLOCK": 1024},
+                ("spill_ptr", "out_ptr") + (("out_features", "windows", "stride_om") if aligned else ()),
+            )
     yield (
         "philox_blocks_kernel",
         {"counter_ptr": "*i64", "key_ptr": "*i64", "out_ptr": "*i64", "n": I32},
@@ -344,7 +358,6 @@ def _gluon_variants():
                     "windows": I32,
                     "scale": "fp32",
                     "out_features": I32,
-                    "fold": I32,
                     "stride_xm": I64,
                     "stride_om": I64,
                     "stride_ok": I32,
@@ -355,8 +368,7 @@ def _gluon_variants():
                     "BLOCKS": windowed._band_blocks(nnz),
                     "BANDS": spec.band_count(nnz),
                     "FOLDS": nnz in (16, 3),
-                    # folded rows stored by whole windows (4 bfloat16 elements: 8 bytes) and by elements (2)
-                    "ROW_ALIGN": {16: 4, 3: 2}.get(nnz, 16),
+                    "ROW_ALIGN": {16: 4, 3: 2}.get(nnz, 16),  # Y's stores vectorized or not
                     "BLOCK_N": block_n,
                     "WIDTH": max(windowed._width(nnz), windowed._GLUON_MIN_WIDTH),
                     "GROUPS": groups,
@@ -396,10 +408,10 @@ def compile_gluon(target, first_only=False) -> int:
 def _first_of_each(variants):
     """The first specialisation of each kernel name, in the order the generator gives them."""
     seen = set()
-    for name, signature, const in variants:
-        if name not in seen:
-            seen.add(name)
-            yield name, signature, const
+    for variant in variants:
+        if variant[0] not in seen:
+            seen.add(variant[0])
+            yield variant
 
 
 def compile_kernels(arch: int, family: str, every: bool) -> int:
@@ -420,12 +432,16 @@ def compile_kernels(arch: int, family: str, every: bool) -> int:
     target = GPUTarget("cuda", arch, 32)
     failures = 0
     variants = [v for v in _variants() if v[0] in FAMILIES[family]]
-    for name, signature, const in variants if every else _first_of_each(variants):
+    for name, signature, const, *divisible in variants if every else _first_of_each(variants):
         signature = dict(signature)
         for c in const:
             signature.setdefault(c, "constexpr")
+        # arguments the launcher's specialisation marks divisible by 16 (pointers and integers)
+        names = list(kernels[name].arg_names)
+        attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in (divisible[0] if divisible else ())}
         try:
-            compiled = triton.compile(ASTSource(fn=kernels[name], signature=signature, constexprs=const), target=target)
+            source = ASTSource(fn=kernels[name], signature=signature, constexprs=const, attrs=attrs)
+            compiled = triton.compile(source, target=target)
             assert compiled.asm.get("ptx"), "no PTX"
         except Exception as exc:  # report every failing variant, not just the first
             failures += 1

@@ -101,12 +101,6 @@ def _fold(out_features: int, nnz: int) -> int:
     return spec.max_fold(out_features, nnz)
 
 
-def _aligned_rows(out: torch.Tensor) -> bool:
-    """Whether the forward's output rows start 16-element aligned, which lets the compiler keep whole
-    windows in stores (``_store_folded``)."""
-    return out.stride(-2) % spec.WINDOW == 0
-
-
 def _row_align(out: torch.Tensor, stride_split: int) -> int:
     """The largest power of two up to 16 that divides the forward output's row and split strides
     and its start (in elements): the Gluon kernel's ROW_ALIGN, from which it vectorizes Y's stores."""
@@ -115,26 +109,26 @@ def _row_align(out: torch.Tensor, stride_split: int) -> int:
 
 
 def _spill(n: int, splits: int, nnz: int, fold: int, like: torch.Tensor) -> torch.Tensor:
-    """The forward kernels' float32 spill of (splits, n, nnz, 2, fold): each block's first rows and
-    the padded rows that fold onto them, which the kernels store apart so that each output is
-    rounded once (:func:`_add_fold`). Without a fold, ``like`` stands in for the unread pointer."""
-    return _buffers.empty((splits, n, nnz, 2, fold), torch.float32, like.device) if fold else like
+    """The forward kernels' float32 spill of (splits, n, nnz, 2, 16): windows 0 and A - 1 of each
+    block, which hold its folded rows and the rows they fold onto, stored apart so that each output
+    is rounded once (:func:`_add_fold`). Without a fold, ``like`` stands in for the unread pointer."""
+    return _buffers.empty((splits, n, nnz, 2, spec.WINDOW), torch.float32, like.device) if fold else like
 
 
 def _add_fold(y: torch.Tensor, spill: torch.Tensor, out_features: int, nnz: int, fold: int) -> torch.Tensor:
-    """y with each block's folded rows set from the spill (``fold_spill_kernel``)."""
+    """y with the rows of each block's windows 0 and A - 1 set from the spill, folded
+    (``fold_spill_kernel``)."""
     if fold:
         from ..kernels.sparse_jl_windowed import fold_spill_kernel
 
         n = y.shape[0]
         block = 1024
-        fold_spill_kernel[(math.ceil(n * nnz * fold / block),)](
+        fold_spill_kernel[(math.ceil(n * nnz * 2 * spec.WINDOW / block),)](
             spill,
             y,
             n,
             out_features,
             spec.windows_per_block(out_features, nnz),
-            fold,
             spill.shape[0],
             y.stride(0),
             y.stride(1),
@@ -363,7 +357,6 @@ def _forward_gluon(
         tables.windows,
         1.0 / math.sqrt(nnz),
         out_features,
-        fold,
         x.stride(0),
         out.stride(-2),
         out.stride(-1),
@@ -608,7 +601,6 @@ def _forward(
         tables.windows,
         1.0 / math.sqrt(nnz),
         out_features,
-        fold,
         x.stride(0),
         x.stride(1),
         out.stride(-2),
@@ -639,7 +631,6 @@ def _forward(
         sparse_jl_windowed_forward_kernel[(tiles, splits)](
             *arguments,
             **layout,
-            ALIGNED_ROWS=_aligned_rows(out),
             FP32_PASSES=fp32_passes,
             DOT_DTYPE=dot_type,
             BLOCK_M=block_m,
