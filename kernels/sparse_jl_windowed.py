@@ -192,8 +192,8 @@ def _folded_rows(
     folds its padded window A - 1 onto its window 0, and the last block's last window is cut at k,
     its rows beyond folding onto its first ones. The column is 16 * (a window index) + v, and the
     flags are per window unless PER_ROW (a ``_cut_program``), so that the compiler sees whole
-    aligned windows in masks and addresses; callers branch on PER_ROW around their loads and
-    stores, since values merged after a branch lose that alignment."""
+    aligned windows in masks and addresses; the transpose branches on PER_ROW around its loads,
+    since values merged after a branch lose that alignment (the forwards use the column only)."""
     block = band * BLOCKS + offs_q // WINDOW
     padded = window * WINDOW + offs_q % WINDOW
     total = (out_features + WINDOW - 1) // WINDOW
