@@ -684,7 +684,7 @@ def _store_window(
     16) instead, from which ``fold_spill_kernel`` writes their rows of Y, folded, summed over the
     splits and rounded once. A whole window keeps one store per program: storing the folded rows
     to the spill beside the rest to Y took a second layout conversion of the accumulator, and 234
-    registers against 168 in bfloat16 (benchmarks/NOTES.md, "Any k", design 11)."""
+    registers against 167 in bfloat16 (benchmarks/NOTES.md, "Any k", design 11)."""
     _, exists = _band_blocks(offs_q, band, NNZ, BLOCKS)
     mask = mask_m[:, None] & exists[None, :]
     values = acc * scale
@@ -1247,8 +1247,8 @@ def sparse_jl_windowed_shuffle_forward_kernel(
             *accs, x_ptr, g_begin, g_end, d, column_offset, stride_xm, stride_xd, *run, NNZ, BLOCKS, BANDS
         )
     # eight accumulators and stores, one per block: Triton has no arrays of tensors
-    tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features, stride_om, stride_ok)
-    tile = tile + (stride_split,)
+    tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features)
+    tile = tile + (stride_om, stride_ok, stride_split)
     _store_block(out_ptr, spill_ptr, a0, 0, *tile, NNZ, BLOCKS, FOLDS)
     _store_block(out_ptr, spill_ptr, a1, 1, *tile, NNZ, BLOCKS, FOLDS)
     _store_block(out_ptr, spill_ptr, a2, 2, *tile, NNZ, BLOCKS, FOLDS)

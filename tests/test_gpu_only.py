@@ -126,9 +126,9 @@ GLUON_CASES = [
     (64, 2048, 64, 4, 0, 1, 64, 1, 2, torch.float16),  # A = 1, one group per step
     (40, 5008, 768, 24, 2**31 + 16, 1, 64, 4, 3, torch.bfloat16),  # three bands
     (129, 1024, 48, 3, 0, 1, 128, 4, 2, torch.bfloat16),  # nnz 3: WIDTH padded to the wgmma's 64
-    # off the lattice (folded rows): output rows 8-element aligned, stored whole outside windows
-    # 0 and A - 1; 4-aligned in float32 partials over splits, with the last block cut at k; 16-
-    # aligned over two bands; 2-aligned (k = 1002, stored element by element); a folded whole window
+    # off the lattice (folded rows; windows 0 and A - 1 go to the spill): output rows 8-element
+    # aligned; 4-aligned in float32 partials over splits, with the last block cut at k; 16-aligned
+    # over two bands; 2-aligned (k = 1002, stored element by element); a folded whole window
     (150, 1200, 1000, 8, 0, 1, 128, 4, 2, torch.bfloat16),
     (77, 4096 + 48, 2500, 16, 2**33 + 32, 3, 64, 4, 2, torch.float16),
     (300, 3008, 4000, 16, 16, 2, 128, 2, 3, torch.bfloat16),
@@ -166,8 +166,9 @@ def test_gluon_forward_reads_a_padded_row_stride():
 
 @GLUON
 def test_gluon_forward_rule_on_the_gpu():
-    """Taken by default for an eligible short-run input, folded or not where output rows are 8-byte
-    aligned; never for float32, misaligned or strided inputs, which keep the Triton kernel (and Tiling(gluon=True) says why it cannot run)."""
+    """Taken by default for an eligible short-run input, on the lattice or off it with output rows
+    8-byte aligned; never for float32, misaligned or strided inputs, which keep the Triton kernel
+    (and Tiling(gluon=True) says why it cannot run)."""
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     assert windowed._gluon_forward(x, 0, 16) and windowed._gluon_forward(x, 2**33, 128)
     assert windowed._gluon_forward(x, 0, 16, folded_k=1000)  # 8-byte aligned output rows

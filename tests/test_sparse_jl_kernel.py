@@ -275,9 +275,9 @@ def test_shuffle_forward_rule():
 
 
 def test_gluon_forward_rule(monkeypatch):
-    """Half types with more than 32 rows and 16-128 groups per program, on the lattice or with output
-    rows 8-byte aligned, where the GPU can run it; the rest keep the Triton kernels. (The kernel itself runs in
-    tests/test_gpu_only.py: Gluon has no interpreter.)"""
+    """Half types with more than 32 rows and 16-128 groups per program, on the lattice or with
+    output rows 8-byte aligned, where the GPU can run it; the rest keep the Triton kernels. (The
+    kernel itself runs in tests/test_gpu_only.py: Gluon has no interpreter.)"""
     x = torch.empty(64, 1024, dtype=torch.bfloat16)
     assert not windowed._gluon_supported(x, 0)  # not on a GPU
     monkeypatch.setattr(windowed, "_gluon_supported", lambda x, column_offset: x.dtype != torch.float32)

@@ -256,10 +256,11 @@ def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int,
     -> 1024, 2**16 x 2**13 -> 2048, 2**17 x 2048 -> 512), 0.98-0.99x at 8 (2**20 x 1024 -> 1024),
     and 0.76-0.84x with runs of 512 groups and more, where the Triton kernel's pipelined 128-row
     programs are faster. Off the lattice (``folded_k``, the k of a forward with folded rows) only
-    where output rows are 8-byte aligned (k a multiple of 4), so that its windows without folded
-    rows store whole: there it took 0.67-0.79x the Triton kernel's time (H200, bfloat16 2**15-2**16
-    x 2**14, k = 1000-12000; NOTES.md, "Any k", design 10), where before that store it took up to
-    2.4x. And only where it can run (:func:`_gluon_supported`)."""
+    where output rows are 8-byte aligned (k a multiple of 4), so that its stores of Y vectorize:
+    there it took 0.67-0.79x the Triton kernel's time (H200, bfloat16 2**15-2**16 x 2**14,
+    k = 1000-12000; NOTES.md, "Any k", design 10), measured before design 11 gave the Triton
+    kernel's folded forwards the lattice's registers, so to be timed again. And only where it can
+    run (:func:`_gluon_supported`)."""
     return (
         x.shape[0] > 32
         and (folded_k is None or folded_k % _GLUON_FOLDED_ROW_MULTIPLE == 0)
