@@ -35,6 +35,8 @@ as a model's per-parameter gradients, in one launch over one table, each split r
 (block, group run) segments.
 """
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -42,6 +44,8 @@ from .philox import philox4x32_10
 from .sparse_jl import dot_exact, split_bf16x3
 
 WINDOW = tl.constexpr(16)
+#: Whether the kernels run in Triton's interpreter (decided at import, as triton.jit decides it).
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
 
 
 @triton.jit
@@ -369,6 +373,137 @@ def _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd):
     )
 
 
+#: ``_funnel`` for 4 words: $0-$3 = words q .. q + 4 of the 8 words $4-$11, shifted down by h & 1
+#: half words, where h = $12 and q = h >> 1 (two levels of selects, then a byte permute per word).
+_FUNNEL_PTX = tl.constexpr("""{
+.reg .pred p1, p2, po;
+.reg .b32 h, sel, x0, x1, x2, x3, x4, x5, x6, d0, d1, d2, d3, d4;
+and.b32 h, $12, 2;
+setp.ne.b32 p1, h, 0;
+and.b32 h, $12, 4;
+setp.ne.b32 p2, h, 0;
+and.b32 h, $12, 1;
+setp.ne.b32 po, h, 0;
+selp.b32 sel, 0x5432, 0x3210, po;
+selp.b32 x0, $5, $4, p1;
+selp.b32 x1, $6, $5, p1;
+selp.b32 x2, $7, $6, p1;
+selp.b32 x3, $8, $7, p1;
+selp.b32 x4, $9, $8, p1;
+selp.b32 x5, $10, $9, p1;
+selp.b32 x6, $11, $10, p1;
+selp.b32 d0, x2, x0, p2;
+selp.b32 d1, x3, x1, p2;
+selp.b32 d2, x4, x2, p2;
+selp.b32 d3, x5, x3, p2;
+selp.b32 d4, x6, x4, p2;
+prmt.b32 $0, d0, d1, sel;
+prmt.b32 $1, d1, d2, sel;
+prmt.b32 $2, d2, d3, sel;
+prmt.b32 $3, d3, d4, sel;
+}""")
+
+
+@triton.jit
+def _funnel(low, high, half_shift):
+    """For each aligned quad of words of ``low`` ([BLOCK_M, WORDS]) and the quad of ``high`` at the same
+    position (the 16 bytes after it in memory): the 16 bytes that start ``half_shift`` (0-7, per
+    element) 2-byte halves into their 32. PTX on a GPU; under the interpreter, which runs no PTX,
+    the same with gathers."""
+    if INTERPRETED:
+        rows: tl.constexpr = low.shape[0]
+        quads: tl.constexpr = low.shape[1] // 4
+        both = tl.reshape(
+            tl.permute(tl.join(tl.reshape(low, (rows, quads, 4)), tl.reshape(high, (rows, quads, 4))), (0, 1, 3, 2)),
+            (rows, quads, 8),
+        ).to(tl.uint32, bitcast=True)
+        shift = tl.reshape(half_shift, (rows, quads, 4))
+        first = shift // 2 + tl.arange(0, 4)[None, None, :]
+        lower = tl.gather(both, first, 2)
+        upper = tl.gather(both, first + 1, 2)
+        words = tl.where(shift % 2 == 1, (lower >> 16) | (upper << 16), lower)
+        return tl.reshape(words.to(tl.int32, bitcast=True), (rows, quads * 4))
+    else:
+        return tl.inline_asm_elementwise(
+            _FUNNEL_PTX, "=r,=r,=r,=r" + ",r" * 12, [low, high, half_shift], dtype=tl.int32, is_pure=True, pack=4
+        )
+
+
+@triton.jit
+def _load_shifted_chunks(
+    x_words_ptr,
+    c0,
+    c1,
+    c2,
+    c3,
+    first_group,
+    g_end,
+    windows,
+    group_base,
+    x_vectors,
+    vector_limit,
+    mask_m,
+    ELEMENT_BYTES: tl.constexpr,
+    GROUPS: tl.constexpr,
+):
+    """X's chunks (``_step_columns``) as the aligned 16-byte vectors that hold them, where rows are
+    not 16-byte aligned: per row and chunk the low ([BLOCK_M, 4 * ELEMENT_BYTES * GROUPS] int32)
+    and high words (the same, one vector later) of the aligned superset that starts at the row's
+    vector ``x_vectors`` (its start, rounded down) plus the chunk's. Whole-vector loads, where a
+    load of X at its own address is element by element (``_chunk_operand`` shifts them into
+    place). Vectors outside [0, vector_limit) of the storage hold no element of X and read as
+    zeros; the mask is per vector (a 3-D load), since one that varies within a vector splits it."""
+    VECTORS: tl.constexpr = ELEMENT_BYTES * GROUPS
+    lanes = tl.arange(0, VECTORS)
+    stacked = lanes // ELEMENT_BYTES
+    chunk = tl.where(stacked == 1, c1, c0)
+    chunk = tl.where(stacked == 2, c2, chunk)
+    chunk = tl.where(stacked == 3, c3, chunk)
+    vector = x_vectors[:, None] + ((group_base * windows + chunk) * ELEMENT_BYTES + lanes % ELEMENT_BYTES)[None, :]
+    mask = mask_m[:, None] & (first_group + stacked < g_end)[None, :]
+    words = tl.arange(0, 4)[None, None, :]
+    low = tl.load(
+        x_words_ptr + vector[:, :, None] * 4 + words,
+        mask=(mask & (vector >= 0) & (vector < vector_limit))[:, :, None],
+        other=0,
+    )
+    high = tl.load(
+        x_words_ptr + vector[:, :, None] * 4 + 4 + words,
+        mask=(mask & (vector + 1 >= 0) & (vector + 1 < vector_limit))[:, :, None],
+        other=0,
+    )
+    return tl.reshape(low, (low.shape[0], 4 * VECTORS)), tl.reshape(high, (high.shape[0], 4 * VECTORS))
+
+
+@triton.jit
+def _row_vectors(x_origin, offs_m, stride_xm, column_offset, X_DTYPE: tl.constexpr):
+    """For ``_load_shifted_chunks``: each row's 16-byte vector where its chunk 0 starts, rounded down
+    (X[m, 16 c - column_offset] is element ``x_origin + m stride_xm + 16 c - column_offset`` from
+    ``x_words_ptr``), and the 2-byte halves by which that start is past it."""
+    PER_VECTOR: tl.constexpr = 128 // X_DTYPE.primitive_bitwidth
+    start = x_origin + offs_m * stride_xm - column_offset
+    past = start % PER_VECTOR
+    past = tl.where(past < 0, past + PER_VECTOR, past)  # % keeps the sign of a negative start
+    return (start - past) // PER_VECTOR, (past * (X_DTYPE.primitive_bitwidth // 16)).to(tl.int32)
+
+
+@triton.jit
+def _chunk_operand(x, x_high, x_mask, half_shift, X_DTYPE: tl.constexpr, SHIFTED: tl.constexpr):
+    """The step's X operand ([BLOCK_M, 16 * GROUPS] of X_DTYPE) from its loads: ``x`` itself, or with
+    SHIFTED the vectors ``x`` and ``x_high`` of ``_load_shifted_chunks`` shifted by each row's
+    ``half_shift`` and masked by ``x_mask``. Shifting at the dot, not at the load, keeps the loads
+    of the pipelined steps in flight."""
+    if SHIFTED:
+        words = _funnel(x, x_high, tl.broadcast_to(half_shift[:, None], x.shape))
+        if X_DTYPE.primitive_bitwidth == 16:
+            halves = tl.join(words.to(tl.int16), (words >> 16).to(tl.int16))
+            x = tl.reshape(halves, (x.shape[0], 2 * x.shape[1])).to(X_DTYPE, bitcast=True)
+        else:
+            x = words.to(X_DTYPE, bitcast=True)
+        x = tl.where(x_mask[None, :], x, 0.0)
+    return x
+
+
 @triton.jit
 def _fetch_step(
     x_ptr,
@@ -389,14 +524,39 @@ def _fetch_step(
     offs_q,
     stride_xm,
     stride_xd,
+    x_words_ptr,
+    x_vectors,
+    vector_limit,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     GROUPS: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):
-    """The forward step's loads once its chunk indices are known: X's chunks and their words."""
+    """The forward step's loads once its chunk indices are known: X's chunks and their words; with
+    SHIFTED (rows not 16-byte aligned) X's chunks as (low vectors, high vectors, column mask) of
+    ``_load_shifted_chunks``, otherwise as (chunks, 0, 0), for ``_chunk_operand``."""
     cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
     w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
-    return _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd), w0, w1, w2, w3
+    if SHIFTED:
+        x, x_high = _load_shifted_chunks(
+            x_words_ptr,
+            c0,
+            c1,
+            c2,
+            c3,
+            first_group,
+            g_end,
+            windows,
+            group_base,
+            x_vectors,
+            vector_limit,
+            mask_m,
+            x_ptr.dtype.element_ty.primitive_bitwidth // 8,
+            GROUPS,
+        )
+        return x, x_high, mask_d, w0, w1, w2, w3
+    else:
+        return _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd), 0, 0, w0, w1, w2, w3
 
 
 @triton.jit
@@ -417,16 +577,21 @@ def _stacked_chunks(
     offs_q,
     stride_xm,
     stride_xd,
+    x_words_ptr,
+    x_vectors,
+    vector_limit,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
     GROUPS: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):
-    """X's chunks at ``window`` in ``band`` of GROUPS groups and their stacked tile, in one go."""
+    """X's chunks at ``window`` in ``band`` of GROUPS groups (as ``_fetch_step`` returns them) and
+    their stacked tile, in one go."""
     c0, c1, c2, c3 = _step_chunks(
         rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS, GROUPS, False
     )
-    x, w0, w1, w2, w3 = _fetch_step(
+    x, x_high, x_mask, w0, w1, w2, w3 = _fetch_step(
         x_ptr,
         words_ptr,
         c0,
@@ -445,11 +610,15 @@ def _stacked_chunks(
         offs_q,
         stride_xm,
         stride_xd,
+        x_words_ptr,
+        x_vectors,
+        vector_limit,
         NNZ,
         BLOCKS,
         GROUPS,
+        SHIFTED,
     )
-    return x, _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
+    return x, x_high, x_mask, _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
 
 
 @triton.jit
@@ -471,12 +640,17 @@ def _sum_steps_pipelined(
     offs_q,
     stride_xm,
     stride_xd,
+    x_words_ptr,
+    x_vectors,
+    vector_limit,
+    half_shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     GROUPS: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):
     """``_sum_steps`` with one dot per step, pipelined in registers: while step i's tile is built and
     its dot runs, step i + 1's chunks and words are in flight, and step i + 2's chunk indices (the
@@ -485,7 +659,7 @@ def _sum_steps_pipelined(
     c0, c1, c2, c3 = _step_chunks(
         rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS, GROUPS, False
     )
-    x, w0, w1, w2, w3 = _fetch_step(
+    x, x_high, x_mask, w0, w1, w2, w3 = _fetch_step(
         x_ptr,
         words_ptr,
         c0,
@@ -504,16 +678,20 @@ def _sum_steps_pipelined(
         offs_q,
         stride_xm,
         stride_xd,
+        x_words_ptr,
+        x_vectors,
+        vector_limit,
         NNZ,
         BLOCKS,
         GROUPS,
+        SHIFTED,
     )
     c0, c1, c2, c3 = _step_chunks(
         rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
     )
     for group in range(first_group, g_end, GROUPS):
         tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
-        x_next, w0, w1, w2, w3 = _fetch_step(
+        x_next, x_high_next, x_mask_next, w0, w1, w2, w3 = _fetch_step(
             x_ptr,
             words_ptr,
             c0,
@@ -532,15 +710,22 @@ def _sum_steps_pipelined(
             offs_q,
             stride_xm,
             stride_xd,
+            x_words_ptr,
+            x_vectors,
+            vector_limit,
             NNZ,
             BLOCKS,
             GROUPS,
+            SHIFTED,
         )
         c0, c1, c2, c3 = _step_chunks(
             rotations_ptr, rotations_ptr, group + 2 * GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
         )
-        acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
+        operand = _chunk_operand(x, x_high, x_mask, half_shift, x_ptr.dtype.element_ty, SHIFTED)
+        acc = dot_exact(operand, tile, acc, FP32_PASSES, DOT_DTYPE)
         x = x_next
+        x_high = x_high_next
+        x_mask = x_mask_next
     return acc
 
 
@@ -563,6 +748,10 @@ def _sum_steps(
     offs_q,
     stride_xm,
     stride_xd,
+    x_words_ptr,
+    x_vectors,
+    vector_limit,
+    half_shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -571,6 +760,7 @@ def _sum_steps(
     GROUPS: tl.constexpr,
     UNROLL: tl.constexpr,
     PIPELINED: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):
     """acc + the products of the chunks at ``window`` in ``band`` of groups [first_group, g_end),
     GROUPS groups per dot and UNROLL dots per step, whose loads are all issued first; or with
@@ -595,16 +785,21 @@ def _sum_steps(
             offs_q,
             stride_xm,
             stride_xd,
+            x_words_ptr,
+            x_vectors,
+            vector_limit,
+            half_shift,
             NNZ,
             BLOCKS,
             BANDS,
             FP32_PASSES,
             DOT_DTYPE,
             GROUPS,
+            SHIFTED,
         )
     else:
         for group in range(first_group, g_end, GROUPS * UNROLL):
-            x, tile = _stacked_chunks(
+            x, x_high, x_mask, tile = _stacked_chunks(
                 x_ptr,
                 words_ptr,
                 rotations_ptr,
@@ -621,13 +816,17 @@ def _sum_steps(
                 offs_q,
                 stride_xm,
                 stride_xd,
+                x_words_ptr,
+                x_vectors,
+                vector_limit,
                 NNZ,
                 BLOCKS,
                 BANDS,
                 GROUPS,
+                SHIFTED,
             )
             if UNROLL == 2:
-                x_next, tile_next = _stacked_chunks(
+                x_next, x_high_next, x_mask_next, tile_next = _stacked_chunks(
                     x_ptr,
                     words_ptr,
                     rotations_ptr,
@@ -644,14 +843,20 @@ def _sum_steps(
                     offs_q,
                     stride_xm,
                     stride_xd,
+                    x_words_ptr,
+                    x_vectors,
+                    vector_limit,
                     NNZ,
                     BLOCKS,
                     BANDS,
                     GROUPS,
+                    SHIFTED,
                 )
-            acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
+            operand = _chunk_operand(x, x_high, x_mask, half_shift, x_ptr.dtype.element_ty, SHIFTED)
+            acc = dot_exact(operand, tile, acc, FP32_PASSES, DOT_DTYPE)
             if UNROLL == 2:
-                acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
+                operand = _chunk_operand(x_next, x_high_next, x_mask_next, half_shift, x_ptr.dtype.element_ty, SHIFTED)
+                acc = dot_exact(operand, tile_next, acc, FP32_PASSES, DOT_DTYPE)
     return acc
 
 
@@ -756,6 +961,10 @@ def _forward_run(
     offs_m,
     mask_m,
     offs_q,
+    x_words_ptr,
+    x_vectors,
+    vector_limit,
+    half_shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -765,6 +974,7 @@ def _forward_run(
     UNROLL: tl.constexpr,
     PROMOTE_EVERY: tl.constexpr,
     PIPELINED: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):
     """acc + the tile products of groups [g_begin, g_end) of x (see the forward kernel)."""
     if PROMOTE_EVERY == 0:
@@ -786,6 +996,10 @@ def _forward_run(
             offs_q,
             stride_xm,
             stride_xd,
+            x_words_ptr,
+            x_vectors,
+            vector_limit,
+            half_shift,
             NNZ,
             BLOCKS,
             BANDS,
@@ -794,6 +1008,7 @@ def _forward_run(
             GROUPS,
             UNROLL,
             PIPELINED,
+            SHIFTED,
         )
     else:
         for first in range(g_begin, g_end, GROUPS * UNROLL * PROMOTE_EVERY):
@@ -816,6 +1031,10 @@ def _forward_run(
                 offs_q,
                 stride_xm,
                 stride_xd,
+                x_words_ptr,
+                x_vectors,
+                vector_limit,
+                half_shift,
                 NNZ,
                 BLOCKS,
                 BANDS,
@@ -824,6 +1043,7 @@ def _forward_run(
                 GROUPS,
                 UNROLL,
                 PIPELINED,
+                SHIFTED,
             )
     return acc
 
@@ -851,6 +1071,9 @@ def sparse_jl_windowed_forward_kernel(
     stride_om,
     stride_ok,
     stride_split,
+    x_words_ptr,
+    x_origin,
+    vector_limit,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -865,6 +1088,7 @@ def sparse_jl_windowed_forward_kernel(
     UNROLL: tl.constexpr,
     PROMOTE_EVERY: tl.constexpr,
     PIPELINED: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):
     """out[split, m, window a of every block of one band] for this split's groups. Grid:
     (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
@@ -884,8 +1108,24 @@ def sparse_jl_windowed_forward_kernel(
     window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
     offs_q = tl.arange(0, WIDTH)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
-    run = (words_ptr, rotations_ptr, window, windows, band, group_base, offs_m, mask_m, offs_q)
+    x_vectors, half_shift = _row_vectors(x_origin, offs_m, stride_xm, column_offset, x_ptr.dtype.element_ty)
+    run = (
+        words_ptr,
+        rotations_ptr,
+        window,
+        windows,
+        band,
+        group_base,
+        offs_m,
+        mask_m,
+        offs_q,
+        x_words_ptr,
+        x_vectors,
+        vector_limit,
+        half_shift,
+    )
     if SEGMENTS:
+        tl.static_assert(not SHIFTED)
         for segment in range(tl.load(split_segments_ptr + pid_s), tl.load(split_segments_ptr + pid_s + 1)):
             x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(
                 segments_ptr, segment, x_ptr, SEGMENT_MULTIPLE
@@ -909,6 +1149,7 @@ def sparse_jl_windowed_forward_kernel(
                 UNROLL,
                 PROMOTE_EVERY,
                 PIPELINED,
+                False,
             )
     else:
         g_begin = pid_s * groups_per_split
@@ -932,6 +1173,7 @@ def sparse_jl_windowed_forward_kernel(
             UNROLL,
             PROMOTE_EVERY,
             PIPELINED,
+            SHIFTED,
         )
     _store_window(
         out_ptr,

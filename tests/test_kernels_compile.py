@@ -204,25 +204,31 @@ def _variants():
                 "stride_ok": I32,
                 "stride_split": I64,
             }
+            # the tile forwards also read rows off 16-byte alignment as shifted vectors (SHIFTED)
+            tile_signature = dict(forward_signature, x_words_ptr="*i32", x_origin=I32, vector_limit=I64)
+            segments = _segments(nnz, block_m)
+            shifted = {"SHIFTED": dtype != "fp32" and not segments["SEGMENTS"] and nnz in (32, 16, 8, 1)}
             for groups, unroll, _, pipelined in sorted(
                 {windowed._forward_steps(torch_dtypes[dtype], 1), windowed._forward_steps(torch_dtypes[dtype], 10**6)}
             ):
                 yield (
                     "sparse_jl_windowed_forward_kernel",
-                    forward_signature,
+                    tile_signature,
                     {
                         **const,
                         "GROUPS": groups,
                         "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
                         "PIPELINED": pipelined,
-                        **_segments(nnz, block_m),
+                        **segments,
+                        **shifted,
                     },
+                    ("x_words_ptr",),
                 )
             if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
                 yield (
                     "sparse_jl_windowed_forward_kernel",
-                    forward_signature,
+                    tile_signature,
                     {
                         **const,
                         "BLOCK_M": windowed._WIDE_ROWS,
@@ -230,8 +236,10 @@ def _variants():
                         "UNROLL": 1,
                         "PROMOTE_EVERY": 0,
                         "PIPELINED": True,
-                        **_segments(nnz, block_m),
+                        **segments,
+                        **shifted,
                     },
+                    ("x_words_ptr",),
                 )
             # the CUDA-core forward (_shuffles): exact float32 to 32 rows, half types to 16
             if (dtype == "fp32" and passes == 3 and block_m in (32, 16)) or (dtype != "fp32" and block_m == 16):

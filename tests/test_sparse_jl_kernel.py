@@ -443,6 +443,35 @@ def test_kernels_read_strided_inputs(kernel_device, rng, k):
     assert _relative_error(layouts.triton_transpose(y.to(kernel_device), 150, *_key(3), 4, 0), want_t) <= 1e-5
 
 
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize(
+    "n, d, k, row_pad, offset, view_start",
+    [
+        (70, 37, 256, 0, 0, 0),  # odd rows: every shift 0-7 in turn
+        (40, 100, 512, 3, 5, 1),  # padded rows, a column offset and a start off 16 bytes
+        (66, 161, 1000, 0, 2**33 + 21, 3),  # folded k, an offset above 2^32
+        (65, 48, 2048, 0, 0, 2),  # aligned widths at a misaligned start; two bands
+    ],
+)
+def test_forward_reads_rows_off_16_bytes_as_shifted_vectors(
+    kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start
+):
+    """Half-type rows that do not start on 16 bytes are read as the aligned vectors around them and
+    shifted into place (``windowed._shifted_rows``): the result matches the reference, and a NaN
+    stays in its own row although its vector is also read for the neighbouring rows' chunks."""
+    storage = torch.randn(view_start + n * (d + row_pad) + 5, generator=rng).to(dtype).to(kernel_device)
+    x = storage[view_start : view_start + n * (d + row_pad)].view(n, d + row_pad)[:, :d]
+    x[1, d // 2] = float("nan")
+    x[2, d - 1] = float("nan")
+    assert windowed._shifted_rows(x, offset) is not None
+    nnz = spec.default_nnz(k)
+    got = layouts.triton_forward(x, k, *_key(7), nnz, offset).double().cpu()
+    want = reference.sparse_jl_forward(x.double().cpu(), k, seed=7, nnz=nnz, column_offset=offset)
+    finite = torch.isfinite(want).all(1)
+    assert torch.equal(torch.isfinite(got).all(1), finite) and not finite[1] and not finite[2]
+    assert _relative_error(got[finite], want[finite]) <= TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize("k", [80, 128])  # classic, windowed
 def test_forward_is_bitwise_deterministic(kernel_device, rng, k):
     x = torch.randn(50, 333, generator=rng).to(kernel_device)
@@ -493,7 +522,8 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
 
 def test_algorithm_rule(monkeypatch):
     """The fixed rule of sjlt.ops.choice: dense for launch-bound inputs with a small S and for half
-    types with k <= 512 within the cache budget; the kernel otherwise, and always off CUDA."""
+    types with k <= 512 within the cache budget (forward rows 16-byte aligned); the kernel
+    otherwise, and always off CUDA."""
     from sjlt import backends
     from sjlt.ops import choice
 
@@ -511,6 +541,13 @@ def test_algorithm_rule(monkeypatch):
     assert pick(2**20, 1024, 512, torch.float16) == choice.DENSE
     assert pick(2**20, 1024, 1024, torch.bfloat16) == choice.KERNEL
     assert pick(2**20, 1024, 256, torch.float64) == choice.KERNEL
+    # half-type rows off 16 bytes: cuBLAS is slow there, the kernel shifts them; the transpose's y
+    # is padded to aligned rows by the dense algorithm itself
+    assert choice._rule(_FakeCuda(2**20, 769, torch.bfloat16), 769, 256) == choice.KERNEL
+    assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16, row_stride=771), 768, 256) == choice.KERNEL
+    assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16, start=2), 768, 256) == choice.KERNEL
+    assert choice._rule(_FakeCuda(2**20, 769, torch.bfloat16, row_stride=776), 769, 256) == choice.DENSE
+    assert choice._rule(_FakeCuda(2**20, 267, torch.bfloat16), 769, 267, transpose=True) == choice.DENSE
     monkeypatch.setattr(backends, "dense_cache_bytes", 0)
     assert pick(64, 1024, 256, torch.float32) == choice.KERNEL  # the dense algorithm turned off
 
@@ -598,8 +635,15 @@ def test_promotion_rule():
 class _FakeCuda:
     """Shape, dtype and a CUDA device: all the rule reads of an input."""
 
-    def __init__(self, n, d, dtype):
+    def __init__(self, n, d, dtype, row_stride=None, start=0):
         self.shape, self.dtype, self.device = (n, d), dtype, torch.device("cuda", 0)
+        self.row_stride, self.start = d if row_stride is None else row_stride, start
+
+    def data_ptr(self):
+        return 2**20 + self.start
+
+    def stride(self, dim):
+        return (self.row_stride, 1)[dim]
 
     def numel(self):
         return self.shape[0] * self.shape[1]

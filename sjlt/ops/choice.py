@@ -7,7 +7,8 @@ steered by two flags in :mod:`sjlt.backends`:
   the same call gives the same bits run to run. The rule (justified by the sweep in
   benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound calls (little
   matmul work) whose S is small, and for half-precision inputs with k <= 512 whose S fits the
-  cache budget, where cuBLAS runs near the memory roofline; the kernel otherwise.
+  cache budget (forward inputs also with 16-byte aligned rows), where cuBLAS runs near the memory
+  roofline; the kernel otherwise.
 - ``benchmark`` (default False): with ``deterministic=False``, the first call of each
   configuration times every eligible algorithm and the fastest is used for that configuration for
   the rest of the process. Timing noise can then pick differently in another run, which is why
@@ -56,7 +57,7 @@ def algorithm(
     transpose: bool = False,
 ) -> str:
     """DENSE or KERNEL for the (n, .) CUDA input ``x`` (x is (n, d), or (n, k) for the transpose)."""
-    rule = _rule(x, in_features, out_features)
+    rule = _rule(x, in_features, out_features, transpose)
     if backends.deterministic or not backends.benchmark:
         return rule
     if not dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes")):
@@ -71,7 +72,7 @@ def algorithm(
     return winner
 
 
-def _rule(x: torch.Tensor, in_features: int, out_features: int) -> str:
+def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool = False) -> str:
     flops = 2 * x.shape[0] * in_features * out_features
     if flops <= LAUNCH_BOUND_FLOPS.get(x.dtype, 0) and dense.eligible(
         x, in_features, out_features, LAUNCH_BOUND_MATRIX_BYTES
@@ -80,10 +81,18 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int) -> str:
     if (
         x.dtype in (torch.float16, torch.bfloat16)
         and out_features <= HALF_DENSE_MAX_FEATURES
+        and (transpose or _aligned_rows(x))
         and dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes"))
     ):
         return DENSE
     return KERNEL
+
+
+def _aligned_rows(x: torch.Tensor) -> bool:
+    """Whether the forward's input rows start 16-byte aligned, as cuBLAS's fast kernels need: rows
+    off it ran the dense algorithm 1.7x slower than the kernel's shifted loads (H100, bfloat16 2^20 x 769 -> 256:
+    3.46 against 2.01 ms; benchmarks/NOTES.md, "Any d")."""
+    return x.data_ptr() % 16 == 0 and (x.shape[0] == 1 or x.stride(0) * x.element_size() % 16 == 0)
 
 
 def _time_and_pick(x, in_features, out_features, nnz, key0, key1, column_offset, transpose) -> str:

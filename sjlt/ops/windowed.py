@@ -174,6 +174,12 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, in
     return 1, 2, 3, False
 
 
+#: The forward's steps over shifted rows (:func:`_shifted_rows`): two unpipelined dots of two
+#: groups. Each step holds two vectors per 16 bytes of X, so the pipelined steps of aligned rows ran
+#: out of registers (255, 12-464 bytes of spills): H100, bfloat16, 65536 x 16383 -> 1024 and
+#: 4096 x 131071 -> 4096, 2.22x / 2.44x the aligned call against 2.98x / 2.76x (benchmarks/NOTES.md,
+#: "Any d").
+_SHIFTED_STEPS = (2, 2, 1, False)
 #: Groups per program from which the half-type forward pipelines its steps.
 _HALF_PIPELINED_GROUPS = 128
 #: Groups per program from which the float32 forward takes pipelined two-group steps.
@@ -516,6 +522,27 @@ def _segments(spans, x: torch.Tensor, per_split: int) -> _Segments:
     )
 
 
+def _shifted_rows(x: torch.Tensor, column_offset: int) -> tuple[torch.Tensor, int, int] | None:
+    """For a forward whose chunks of 16 columns are not provably 16-byte aligned (start, row stride, d
+    or column offset not a multiple of 16 elements), where Triton would load them element by
+    element: (x's storage as int32 words from x's start rounded down to 16 bytes, x's element offset
+    from there, the 16-byte vectors up to the storage's end, the last one rounded up). The kernel
+    then loads whole aligned vectors and shifts each row into place (SHIFTED). None where chunks are
+    aligned, or the storage itself is not 16-byte aligned."""
+    size = x.element_size()
+    start = x.data_ptr()
+    storage = x.untyped_storage()
+    aligned = start % 16 == 0 and x.stride(0) % 16 == 0 and x.shape[1] % 16 == 0 and column_offset % 16 == 0
+    if aligned or x.stride(1) != 1 or size != 2 or storage.data_ptr() % 16:
+        return None
+    origin = start % 16 // size
+    first = x.storage_offset() - origin  # in elements, a multiple of 16 bytes from the storage's start
+    words = (storage.nbytes() - first * size) // 4
+    flat = torch.as_strided(x, (words * 4 // size,), (1,), first).view(torch.int32)
+    vectors = -(-(storage.data_ptr() + storage.nbytes() - (start - origin * size)) // 16)
+    return flat, origin, vectors
+
+
 def _upload(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``values`` as a tensor on ``device``; to a GPU from pinned memory, asynchronously: a copy
     from pageable memory would make the host wait for the work already queued (the table launch)."""
@@ -571,8 +598,9 @@ def _forward(
             input_bytes,
             _SHUFFLE_PROGRAMS_PER_SM,
         )
+    shifted = None if shuffles or spans is not None else _shifted_rows(x, column_offset)
     if not shuffles:
-        groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split)
+        groups_per_dot, unroll, stages, pipelined = _SHIFTED_STEPS if shifted else _forward_steps(x.dtype, per_split)
         if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
             block_m, width, tiles, splits, per_split = _grid(
                 x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes, per_sm
@@ -631,7 +659,9 @@ def _forward(
             raise ValueError(f"Tiling(pipelined=True) takes one dot per step, not steps={tiling.steps}")
         sparse_jl_windowed_forward_kernel[(tiles, splits)](
             *arguments,
+            *(shifted or (tables.words, 0, 0)),  # unread without SHIFTED
             **layout,
+            SHIFTED=shifted is not None,
             FP32_PASSES=fp32_passes,
             DOT_DTYPE=dot_type,
             BLOCK_M=block_m,
