@@ -30,6 +30,10 @@ with the tile as the tensor cores' register operand (design 11).
 The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and
 4 * nnz / 16 bytes per input column; the projection kernels only load them.
 
+Half-type rows that do not start on 16 bytes (d, row stride or column offset off 16 elements) would
+load element by element; the tile forward reads them as the aligned vectors around each chunk and
+shifts those into place at the dot (SHIFTED, ``_load_shifted_chunks`` and ``_funnel``).
+
 Both forwards also run grouped launches (SEGMENTS): many column blocks of one virtual matrix, such
 as a model's per-parameter gradients, in one launch over one table, each split running a list of
 (block, group run) segments.
