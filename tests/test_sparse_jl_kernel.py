@@ -522,8 +522,8 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
 
 def test_algorithm_rule(monkeypatch):
     """The fixed rule of sjlt.ops.choice: dense for launch-bound inputs with a small S and for half
-    types with k <= 512 within the cache budget (forward rows 16-byte aligned); the kernel
-    otherwise, and always off CUDA."""
+    types with k <= 512 within the cache budget and with 16-byte aligned rows (the forward's input,
+    the transpose's output); the kernel otherwise, and always off CUDA."""
     from sjlt import backends
     from sjlt.ops import choice
 
@@ -541,13 +541,15 @@ def test_algorithm_rule(monkeypatch):
     assert pick(2**20, 1024, 512, torch.float16) == choice.DENSE
     assert pick(2**20, 1024, 1024, torch.bfloat16) == choice.KERNEL
     assert pick(2**20, 1024, 256, torch.float64) == choice.KERNEL
-    # half-type rows off 16 bytes: cuBLAS is slow there, the kernel shifts them; the transpose's y
-    # is padded to aligned rows by the dense algorithm itself
+    # half-type rows off 16 bytes, which cuBLAS reads and writes slowly: the forward's input rows
+    # (the kernel shifts them) and the transpose's output rows; the transpose's y rows are padded by
+    # the dense algorithm itself
     assert choice._rule(_FakeCuda(2**20, 769, torch.bfloat16), 769, 256) == choice.KERNEL
     assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16, row_stride=771), 768, 256) == choice.KERNEL
     assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16, start=2), 768, 256) == choice.KERNEL
     assert choice._rule(_FakeCuda(2**20, 769, torch.bfloat16, row_stride=776), 769, 256) == choice.DENSE
-    assert choice._rule(_FakeCuda(2**20, 267, torch.bfloat16), 769, 267, transpose=True) == choice.DENSE
+    assert choice._rule(_FakeCuda(2**20, 267, torch.bfloat16), 768, 267, transpose=True) == choice.DENSE
+    assert choice._rule(_FakeCuda(2**20, 256, torch.bfloat16), 769, 256, transpose=True) == choice.KERNEL
     monkeypatch.setattr(backends, "dense_cache_bytes", 0)
     assert pick(64, 1024, 256, torch.float32) == choice.KERNEL  # the dense algorithm turned off
 

@@ -7,8 +7,8 @@ steered by two flags in :mod:`sjlt.backends`:
   the same call gives the same bits run to run. The rule (justified by the sweep in
   benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound calls (little
   matmul work) whose S is small, and for half-precision inputs with k <= 512 whose S fits the
-  cache budget (forward inputs also with 16-byte aligned rows), where cuBLAS runs near the memory
-  roofline; the kernel otherwise.
+  cache budget and whose rows (the forward's input, the transpose's output) are 16-byte aligned,
+  where cuBLAS runs near the memory roofline; the kernel otherwise.
 - ``benchmark`` (default False): with ``deterministic=False``, the first call of each
   configuration times every eligible algorithm and the fastest is used for that configuration for
   the rest of the process. Timing noise can then pick differently in another run, which is why
@@ -81,7 +81,7 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool 
     if (
         x.dtype in (torch.float16, torch.bfloat16)
         and out_features <= HALF_DENSE_MAX_FEATURES
-        and (transpose or _aligned_rows(x))
+        and (_aligned_output(in_features, x) if transpose else _aligned_rows(x))
         and dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes"))
     ):
         return DENSE
@@ -93,6 +93,13 @@ def _aligned_rows(x: torch.Tensor) -> bool:
     off it ran the dense algorithm 1.7x slower than the kernel's shifted loads (H100, bfloat16 2^20 x 769 -> 256:
     3.46 against 2.01 ms; benchmarks/NOTES.md, "Any d")."""
     return x.data_ptr() % 16 == 0 and (x.shape[0] == 1 or x.stride(0) * x.element_size() % 16 == 0)
+
+
+def _aligned_output(in_features: int, y: torch.Tensor) -> bool:
+    """Whether the transpose's output rows (in_features elements of y's dtype) are whole 16-byte
+    vectors: cuBLAS writes misaligned rows 2.8x slower than the kernel does (H100, bfloat16
+    2^20 x 256 -> 769: 4.43 against 1.56 ms; benchmarks/NOTES.md, "Any d")."""
+    return in_features * y.element_size() % 16 == 0
 
 
 def _time_and_pick(x, in_features, out_features, nnz, key0, key1, column_offset, transpose) -> str:
