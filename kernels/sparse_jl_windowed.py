@@ -494,16 +494,14 @@ def _row_vectors(x_origin, offs_m, stride_xm, column_offset, X_DTYPE: tl.constex
 @triton.jit
 def _chunk_operand(x, x_high, x_mask, half_shift, X_DTYPE: tl.constexpr, SHIFTED: tl.constexpr):
     """The step's X operand ([BLOCK_M, 16 * GROUPS] of X_DTYPE) from its loads: ``x`` itself, or with
-    SHIFTED the vectors ``x`` and ``x_high`` of ``_load_shifted_chunks`` shifted by each row's
-    ``half_shift`` and masked by ``x_mask``. Shifting at the dot, not at the load, keeps the loads
+    SHIFTED (2-byte X_DTYPE) the vectors ``x`` and ``x_high`` of ``_load_shifted_chunks`` shifted by
+    each row's ``half_shift`` and masked by ``x_mask``. Shifting at the dot, not at the load, keeps the loads
     of the pipelined steps in flight."""
     if SHIFTED:
+        tl.static_assert(X_DTYPE.primitive_bitwidth == 16)  # float32 keeps its element loads (faster)
         words = _funnel(x, x_high, tl.broadcast_to(half_shift[:, None], x.shape))
-        if X_DTYPE.primitive_bitwidth == 16:
-            halves = tl.join(words.to(tl.int16), (words >> 16).to(tl.int16))
-            x = tl.reshape(halves, (x.shape[0], 2 * x.shape[1])).to(X_DTYPE, bitcast=True)
-        else:
-            x = words.to(X_DTYPE, bitcast=True)
+        halves = tl.join(words.to(tl.int16), (words >> 16).to(tl.int16))
+        x = tl.reshape(halves, (x.shape[0], 2 * x.shape[1])).to(X_DTYPE, bitcast=True)
         x = tl.where(x_mask[None, :], x, 0.0)
     return x
 
