@@ -443,6 +443,27 @@ def test_kernels_read_strided_inputs(kernel_device, rng, k):
     assert _relative_error(layouts.triton_transpose(y.to(kernel_device), 150, *_key(3), 4, 0), want_t) <= 1e-5
 
 
+def test_shifted_rows_rule():
+    """Which forward inputs read shifted vectors (``windowed._shifted_rows``): 2-byte rows whose start,
+    stride, width or column offset is off 16 elements, with unit column stride; and the view it
+    hands the kernel starts at x's start rounded down to 16 bytes and reaches the storage's end."""
+    storage = torch.zeros(4 * 1000 + 64, dtype=BF16)
+    assert windowed._shifted_rows(storage[: 4 * 768].view(4, 768), 0) is None  # aligned
+    assert windowed._shifted_rows(storage[: 4 * 768].view(4, 768), 16) is None
+    assert windowed._shifted_rows(storage[: 4 * 769].float().view(4, 769), 0) is None  # float32 keeps its loads
+    assert windowed._shifted_rows(storage[: 8 * 500].view(4, 1000)[:, ::2], 0) is None  # column stride 2
+    for x, offset in [
+        (storage[: 4 * 769].view(4, 769), 0),  # odd rows
+        (storage[: 4 * 768].view(4, 768), 5),  # a column offset
+        (storage[: 4 * 784].view(4, 784)[:, :770], 0),  # a ragged width on aligned rows
+        (storage[3 : 3 + 4 * 768].view(4, 768), 0),  # a start 6 bytes past 16
+    ]:
+        words, origin, vectors = windowed._shifted_rows(x, offset)
+        assert words.dtype == torch.int32 and (words.data_ptr() - storage.data_ptr()) % 16 == 0
+        assert words.data_ptr() + 2 * origin == x.data_ptr() and 0 <= origin < 8
+        assert vectors == -(-(storage.untyped_storage().nbytes() - (words.data_ptr() - storage.data_ptr())) // 16)
+
+
 @pytest.mark.parametrize("dtype", [BF16, F16])
 @pytest.mark.parametrize(
     "n, d, k, row_pad, offset, view_start",
