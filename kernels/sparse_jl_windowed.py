@@ -39,17 +39,16 @@ as a model's per-parameter gradients, in one launch over one table, each split r
 (block, group run) segments.
 """
 
-import os
-
 import triton
 import triton.language as tl
 
+from .._backend import triton_interpreting
 from .philox import philox4x32_10
 from .sparse_jl import dot_exact, split_bf16x3
 
 WINDOW = tl.constexpr(16)
 #: Whether the kernels run in Triton's interpreter (decided at import, as triton.jit decides it).
-INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+INTERPRETED = tl.constexpr(triton_interpreting())
 
 
 @triton.jit
@@ -277,12 +276,19 @@ def _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, colum
 
 
 @triton.jit
+def _stacked_chunk(c0, c1, c2, c3, stacked):
+    """The chunk of group ``stacked`` (0-3) of the step, per lane: the scalars broadcast to the
+    lanes' shape and layout."""
+    chunk = tl.where(stacked == 1, c1, c0)
+    chunk = tl.where(stacked == 2, c2, chunk)
+    return tl.where(stacked == 3, c3, chunk)
+
+
+@triton.jit
 def _stacked_columns(c0, c1, c2, c3, lanes, first_group, g_end, windows, group_base, column_offset, d):
     """``_step_columns`` for the step's lanes 0 .. 16 * GROUPS - 1 in any layout (the Gluon forward's)."""
     stacked = lanes // WINDOW
-    chunk = tl.where(stacked == 1, c1, c0)  # scalars broadcast to the lanes' shape and layout
-    chunk = tl.where(stacked == 2, c2, chunk)
-    chunk = tl.where(stacked == 3, c3, chunk)
+    chunk = _stacked_chunk(c0, c1, c2, c3, stacked)
     cols = (group_base * windows + chunk) * WINDOW - column_offset + lanes % WINDOW
     return cols, (first_group + stacked < g_end) & (cols >= 0) & (cols < d)
 
@@ -460,9 +466,7 @@ def _load_shifted_chunks(
     VECTORS: tl.constexpr = ELEMENT_BYTES * GROUPS
     lanes = tl.arange(0, VECTORS)
     stacked = lanes // ELEMENT_BYTES
-    chunk = tl.where(stacked == 1, c1, c0)
-    chunk = tl.where(stacked == 2, c2, chunk)
-    chunk = tl.where(stacked == 3, c3, chunk)
+    chunk = _stacked_chunk(c0, c1, c2, c3, stacked)
     vector = x_vectors[:, None] + ((group_base * windows + chunk) * ELEMENT_BYTES + lanes % ELEMENT_BYTES)[None, :]
     mask = mask_m[:, None] & (first_group + stacked < g_end)[None, :]
     words = tl.arange(0, 4)[None, None, :]

@@ -90,8 +90,8 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool 
 
 def _aligned_rows(x: torch.Tensor) -> bool:
     """Whether the forward's input rows start 16-byte aligned, as cuBLAS's fast kernels need: rows
-    off it ran the dense algorithm 1.7x slower than the kernel's shifted loads (H100, bfloat16 2^20 x 769 -> 256:
-    3.46 against 2.01 ms; benchmarks/NOTES.md, "Any d")."""
+    off it ran the dense algorithm 1.7x slower than the kernel's shifted loads (H100, bfloat16
+    2^20 x 769 -> 256: 3.46 against 2.01 ms; benchmarks/NOTES.md, "Any d")."""
     return x.data_ptr() % 16 == 0 and (x.shape[0] == 1 or x.stride(0) * x.element_size() % 16 == 0)
 
 
@@ -99,7 +99,7 @@ def _aligned_output(in_features: int, y: torch.Tensor) -> bool:
     """Whether the transpose's output rows (in_features elements of y's dtype) are whole 16-byte
     vectors: cuBLAS writes misaligned rows 2.8x slower than the kernel does (H100, bfloat16
     2^20 x 256 -> 769: 4.43 against 1.56 ms; benchmarks/NOTES.md, "Any d")."""
-    return in_features * y.element_size() % 16 == 0
+    return dense.aligned_features(in_features, y) == in_features
 
 
 def _time_and_pick(x, in_features, out_features, nnz, key0, key1, column_offset, transpose) -> str:

@@ -292,19 +292,27 @@ _GLUON_STEPS = (4, 2)
 def _gluon_supported(x: torch.Tensor, column_offset: int) -> bool:
     """Whether the Gluon forward can run on ``x``: a half type on an sm_90 GPU (its wgmma), compiled
     rather than interpreted, with triton's Gluon, and 16-byte aligned chunks for its cp.async
-    copies. The compiler proves alignment from arguments divisible by 16 (in elements), so the
-    row stride, d and the column offset must be, besides unit column stride and an aligned start."""
+    copies (:func:`_aligned_chunks`)."""
     return (
         x.dtype in (torch.float16, torch.bfloat16)
         and x.device.type == "cuda"
         and not triton_interpreting()
-        and x.stride(1) == 1
+        and _aligned_chunks(x, column_offset)
+        and _sm90(x.device)
+        and _gluon_importable()
+    )
+
+
+def _aligned_chunks(x: torch.Tensor, column_offset: int) -> bool:
+    """Whether the compiler can prove every 16-column chunk of x's rows 16-byte aligned: it proves
+    alignment from arguments divisible by 16 (in elements), so x's start, row stride, d and the
+    column offset must be, with unit column stride."""
+    return (
+        x.stride(1) == 1
         and x.stride(0) % 16 == 0
         and x.shape[1] % 16 == 0
         and column_offset % 16 == 0
         and x.data_ptr() % 16 == 0
-        and _sm90(x.device)
-        and _gluon_importable()
     )
 
 
@@ -523,18 +531,18 @@ def _segments(spans, x: torch.Tensor, per_split: int) -> _Segments:
 
 
 def _shifted_rows(x: torch.Tensor, column_offset: int) -> tuple[torch.Tensor, int, int] | None:
-    """For a forward whose chunks of 16 columns are not provably 16-byte aligned (start, row stride, d
-    or column offset not a multiple of 16 elements), where Triton would load them element by
-    element: (x's storage as int32 words from x's start rounded down to 16 bytes, x's element offset
+    """For a forward whose chunks of 16 columns are not provably 16-byte aligned
+    (:func:`_aligned_chunks`), where Triton would load them element by element: (x's storage as int32 words from x's start rounded down to 16 bytes, x's element offset
     from there, the 16-byte vectors up to the storage's end, the last one rounded up). The kernel
     then loads whole aligned vectors and shifts each row into place (SHIFTED). None where chunks are
     aligned, the storage itself is not 16-byte aligned, or x is not a 2-byte type: float32's
     element loads ran 1.3-1.6x faster than its shifted vectors (benchmarks/NOTES.md, "Any d")."""
     size = x.element_size()
+    if size != 2 or x.stride(1) != 1 or _aligned_chunks(x, column_offset):
+        return None
     start = x.data_ptr()
     storage = x.untyped_storage()
-    aligned = start % 16 == 0 and x.stride(0) % 16 == 0 and x.shape[1] % 16 == 0 and column_offset % 16 == 0
-    if aligned or x.stride(1) != 1 or size != 2 or storage.data_ptr() % 16:
+    if storage.data_ptr() % 16:
         return None
     origin = start % 16 // size
     first = x.storage_offset() - origin  # in elements, a multiple of 16 bytes from the storage's start
