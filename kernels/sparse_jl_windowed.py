@@ -31,8 +31,9 @@ The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) p
 4 * nnz / 16 bytes per input column; the projection kernels only load them.
 
 Half-type rows that do not start on 16 bytes (d, row stride or column offset off 16 elements) would
-load element by element; the tile forward reads them as the aligned vectors around each chunk and
-shifts those into place at the dot (SHIFTED, ``_load_shifted_chunks`` and ``_funnel``).
+load element by element; the tile forward's programs take rows of one residue class, which start
+equally far past 16 bytes, read the aligned vectors around each chunk and shift those into place at
+the dot by that one offset (SHIFTED, ``_load_shifted_chunks`` and ``_shift_halves``).
 
 Both forwards also run grouped launches (SEGMENTS): many column blocks of one virtual matrix, such
 as a model's per-parameter gradients, in one launch over one table, each split running a list of
@@ -163,12 +164,16 @@ def _signed_permutation(word, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.conste
 
 
 @triton.jit
-def _program_tile(n, windows, BLOCK_M: tl.constexpr, BANDS: tl.constexpr):
+def _program_tile(n, windows, row_period, BLOCK_M: tl.constexpr, BANDS: tl.constexpr):
     """(window a, band, split, rows, row mask) of this program; grid axis 0 is
-    (row tile * A + a) * BANDS + band, so the programs sharing a row tile run together."""
+    (row tile * A + a) * BANDS + band, so the programs sharing a row tile run together. Row tile
+    t holds BLOCK_M rows of the residue class t mod ``row_period``: rows (t mod P) + P i for
+    consecutive i (P = 1: consecutive rows)."""
     pid = tl.program_id(0)
     tile = pid // BANDS
-    offs_m = (tile // windows).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_tile = tile // windows
+    first = (row_tile // row_period).to(tl.int64) * BLOCK_M
+    offs_m = row_tile % row_period + row_period * (first + tl.arange(0, BLOCK_M))
     return tile % windows, pid % BANDS, tl.program_id(1), offs_m, offs_m < n
 
 
@@ -383,65 +388,54 @@ def _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd):
     )
 
 
-#: ``_funnel`` for 4 words: $0-$3 = words q .. q + 4 of the 8 words $4-$11, shifted down by h & 1
-#: half words, where h = $12 and q = h >> 1 (two levels of selects, then a byte permute per word).
-_FUNNEL_PTX = tl.constexpr("""{
-.reg .pred p1, p2, po;
-.reg .b32 h, sel, x0, x1, x2, x3, x4, x5, x6, d0, d1, d2, d3, d4;
-and.b32 h, $12, 2;
-setp.ne.b32 p1, h, 0;
-and.b32 h, $12, 4;
-setp.ne.b32 p2, h, 0;
-and.b32 h, $12, 1;
-setp.ne.b32 po, h, 0;
-selp.b32 sel, 0x5432, 0x3210, po;
-selp.b32 x0, $5, $4, p1;
-selp.b32 x1, $6, $5, p1;
-selp.b32 x2, $7, $6, p1;
-selp.b32 x3, $8, $7, p1;
-selp.b32 x4, $9, $8, p1;
-selp.b32 x5, $10, $9, p1;
-selp.b32 x6, $11, $10, p1;
-selp.b32 d0, x2, x0, p2;
-selp.b32 d1, x3, x1, p2;
-selp.b32 d2, x4, x2, p2;
-selp.b32 d3, x5, x3, p2;
-selp.b32 d4, x6, x4, p2;
-prmt.b32 $0, d0, d1, sel;
-prmt.b32 $1, d1, d2, sel;
-prmt.b32 $2, d2, d3, sel;
-prmt.b32 $3, d3, d4, sel;
-}""")
+def _shift_ptx(shift: int) -> str:
+    """PTX for ``_shift_halves`` at one shift: $0-$3 = the 4 words that start ``shift`` 2-byte halves
+    into the 8 words $4-$11 (a 16-byte vector and the one after it): a byte permute per word at an
+    odd shift, otherwise moves, which register allocation removes."""
+    word = shift // 2
+    if shift % 2:
+        return " ".join(f"prmt.b32 ${i}, ${4 + word + i}, ${5 + word + i}, 0x5432;" for i in range(4))
+    return " ".join(f"mov.b32 ${i}, ${4 + word + i};" for i in range(4))
+
+
+_SHIFT_PTX = tl.constexpr(tuple(_shift_ptx(shift) for shift in range(8)))
 
 
 @triton.jit
-def _funnel(low, high, half_shift):
-    """For each aligned quad of words of ``low`` ([BLOCK_M, WORDS]) and the quad of ``high`` at the same
-    position (the 16 bytes after it in memory): the 16 bytes that start ``half_shift`` (0-7, per
-    element) 2-byte halves into their 32. PTX on a GPU; under the interpreter, which runs no PTX,
-    the same with gathers."""
+def _shift_halves(low, high, shift):
+    """Per 16-byte vector of ``low`` ([BLOCK_M, columns] of a 2-byte type) and the vector of ``high``
+    at the same position (the 16 bytes after it in memory): the 16 bytes that start ``shift``
+    elements (a scalar, 0-7) into their 32. One static case per shift behind a uniform branch, so a
+    case is at most a byte permute per word; under the interpreter, which runs no PTX, gathers.
+
+    The PTX takes 8 elements of each operand per call (``pack``), the ones a thread holds next to
+    each other: whole vectors only where each thread holds a vector's 8 elements, which the
+    launcher ensures (``windowed._packs_vectors``): the loads' layout gives each thread 8
+    contiguous elements (16 bytes) once the tile has 8 elements per thread."""
+    tl.static_assert(low.dtype.primitive_bitwidth == 16)
     if INTERPRETED:
         rows: tl.constexpr = low.shape[0]
-        quads: tl.constexpr = low.shape[1] // 4
-        both = tl.reshape(
-            tl.permute(tl.join(tl.reshape(low, (rows, quads, 4)), tl.reshape(high, (rows, quads, 4))), (0, 1, 3, 2)),
-            (rows, quads, 8),
-        ).to(tl.uint32, bitcast=True)
-        shift = tl.reshape(half_shift, (rows, quads, 4))
-        first = shift // 2 + tl.arange(0, 4)[None, None, :]
-        lower = tl.gather(both, first, 2)
-        upper = tl.gather(both, first + 1, 2)
-        words = tl.where(shift % 2 == 1, (lower >> 16) | (upper << 16), lower)
-        return tl.reshape(words.to(tl.int32, bitcast=True), (rows, quads * 4))
-    else:
-        return tl.inline_asm_elementwise(
-            _FUNNEL_PTX, "=r,=r,=r,=r" + ",r" * 12, [low, high, half_shift], dtype=tl.int32, is_pure=True, pack=4
+        vectors: tl.constexpr = low.shape[1] // 8
+        both = tl.join(
+            tl.reshape(low.to(tl.int16, bitcast=True), (rows, vectors, 8)),
+            tl.reshape(high.to(tl.int16, bitcast=True), (rows, vectors, 8)),
         )
+        both = tl.reshape(tl.permute(both, (0, 1, 3, 2)), (rows, vectors, 16))
+        index = tl.broadcast_to(shift + tl.arange(0, 8)[None, None, :], (rows, vectors, 8))
+        return tl.reshape(tl.gather(both, index, 2), (rows, vectors * 8)).to(low.dtype, bitcast=True)
+    else:
+        shifted = low
+        for case in tl.static_range(1, 8):
+            if shift == case:
+                shifted = tl.inline_asm_elementwise(
+                    _SHIFT_PTX[case], "=r,=r,=r,=r" + ",r" * 8, [low, high], dtype=low.dtype, is_pure=True, pack=8
+                )
+        return shifted
 
 
 @triton.jit
 def _load_shifted_chunks(
-    x_words_ptr,
+    x_vectors_ptr,
     c0,
     c1,
     c2,
@@ -453,60 +447,49 @@ def _load_shifted_chunks(
     x_vectors,
     vector_limit,
     mask_m,
-    ELEMENT_BYTES: tl.constexpr,
     GROUPS: tl.constexpr,
 ):
-    """X's chunks (``_step_columns``) as the aligned 16-byte vectors that hold them, where rows are
-    not 16-byte aligned: per row and chunk the low ([BLOCK_M, 4 * ELEMENT_BYTES * GROUPS] int32)
-    and high words (the same, one vector later) of the aligned superset that starts at the row's
-    vector ``x_vectors`` (its start, rounded down) plus the chunk's. Whole-vector loads, where a
-    load of X at its own address is element by element (``_chunk_operand`` shifts them into
-    place). Vectors outside [0, vector_limit) of the storage hold no element of X and read as
-    zeros; the mask is per vector (a 3-D load), since one that varies within a vector splits it."""
-    VECTORS: tl.constexpr = ELEMENT_BYTES * GROUPS
-    lanes = tl.arange(0, VECTORS)
-    stacked = lanes // ELEMENT_BYTES
+    """X's chunks (``_step_columns``) as the aligned 16-byte vectors that hold them, where rows of a
+    2-byte type are not 16-byte aligned: per row and chunk the low ([BLOCK_M, 16 * GROUPS]) and high
+    vectors (the same, one vector later) of the aligned superset that starts at the row's vector
+    ``x_vectors`` (its start, rounded down) plus the chunk's. Whole-vector loads, where a load of X
+    at its own address is element by element (``_chunk_operand`` shifts them into place). Vectors
+    outside [0, vector_limit) of the storage hold no element of X and read as zeros."""
+    lanes = tl.arange(0, 16 * GROUPS)
+    stacked = lanes // 16
     chunk = _stacked_chunk(c0, c1, c2, c3, stacked)
-    vector = x_vectors[:, None] + ((group_base * windows + chunk) * ELEMENT_BYTES + lanes % ELEMENT_BYTES)[None, :]
+    # a chunk is two vectors of 8; written (lanes // 8) % 2, since with lanes % 16 // 8 the compiler
+    # loses the vectors' contiguity (and a mask that varies within a vector would too) and loads
+    # element by element
+    vector = x_vectors[:, None] + ((group_base * windows + chunk) * 2 + (lanes // 8) % 2)[None, :]
+    element = vector * 8 + (lanes % 8)[None, :]
     mask = mask_m[:, None] & (first_group + stacked < g_end)[None, :]
-    words = tl.arange(0, 4)[None, None, :]
-    low = tl.load(
-        x_words_ptr + vector[:, :, None] * 4 + words,
-        mask=(mask & (vector >= 0) & (vector < vector_limit))[:, :, None],
-        other=0,
-    )
-    high = tl.load(
-        x_words_ptr + vector[:, :, None] * 4 + 4 + words,
-        mask=(mask & (vector + 1 >= 0) & (vector + 1 < vector_limit))[:, :, None],
-        other=0,
-    )
-    return tl.reshape(low, (low.shape[0], 4 * VECTORS)), tl.reshape(high, (high.shape[0], 4 * VECTORS))
+    low = tl.load(x_vectors_ptr + element, mask=mask & (vector >= 0) & (vector < vector_limit), other=0.0)
+    high = tl.load(x_vectors_ptr + element + 8, mask=mask & (vector + 1 >= 0) & (vector + 1 < vector_limit), other=0.0)
+    return low, high
 
 
 @triton.jit
-def _row_vectors(x_origin, offs_m, stride_xm, column_offset, X_DTYPE: tl.constexpr):
+def _row_vectors(x_origin, offs_m, stride_xm, column_offset):
     """For ``_load_shifted_chunks``: each row's 16-byte vector where its chunk 0 starts, rounded down
-    (X[m, 16 c - column_offset] is element ``x_origin + m stride_xm + 16 c - column_offset`` from
-    ``x_words_ptr``), and the 2-byte halves by which that start is past it."""
-    PER_VECTOR: tl.constexpr = 128 // X_DTYPE.primitive_bitwidth
+    (X[m, 16 c - column_offset] is element ``x_origin + m stride_xm + 16 c - column_offset`` of
+    ``x_vectors_ptr``, 2-byte elements), and the elements by which that start is past it: one
+    scalar, since a program's rows are of one residue class (``_program_tile``), which all start
+    equally far past."""
     start = x_origin + offs_m * stride_xm - column_offset
-    past = start % PER_VECTOR
-    past = tl.where(past < 0, past + PER_VECTOR, past)  # % keeps the sign of a negative start
-    return (start - past) // PER_VECTOR, (past * (X_DTYPE.primitive_bitwidth // 16)).to(tl.int32)
+    past = start % 8
+    past = tl.where(past < 0, past + 8, past)  # % keeps the sign of a negative start
+    return (start - past) // 8, tl.max(past, 0).to(tl.int32)
 
 
 @triton.jit
-def _chunk_operand(x, x_high, x_mask, half_shift, X_DTYPE: tl.constexpr, SHIFTED: tl.constexpr):
-    """The step's X operand ([BLOCK_M, 16 * GROUPS] of X_DTYPE) from its loads: ``x`` itself, or with
-    SHIFTED (2-byte X_DTYPE) the vectors ``x`` and ``x_high`` of ``_load_shifted_chunks`` shifted by
-    each row's ``half_shift`` and masked by ``x_mask``. Shifting at the dot, not at the load, keeps the loads
-    of the pipelined steps in flight."""
+def _chunk_operand(x, x_high, x_mask, shift, SHIFTED: tl.constexpr):
+    """The step's X operand ([BLOCK_M, 16 * GROUPS]) from its loads: ``x`` itself, or with SHIFTED
+    the vectors ``x`` and ``x_high`` of ``_load_shifted_chunks`` shifted by the rows' ``shift`` and
+    masked by ``x_mask``. Shifting at the dot, not at the load, keeps the loads of the pipelined
+    steps in flight."""
     if SHIFTED:
-        tl.static_assert(X_DTYPE.primitive_bitwidth == 16)  # float32 keeps its element loads (faster)
-        words = _funnel(x, x_high, tl.broadcast_to(half_shift[:, None], x.shape))
-        halves = tl.join(words.to(tl.int16), (words >> 16).to(tl.int16))
-        x = tl.reshape(halves, (x.shape[0], 2 * x.shape[1])).to(X_DTYPE, bitcast=True)
-        x = tl.where(x_mask[None, :], x, 0.0)
+        x = tl.where(x_mask[None, :], _shift_halves(x, x_high, shift), 0.0)
     return x
 
 
@@ -530,7 +513,7 @@ def _fetch_step(
     offs_q,
     stride_xm,
     stride_xd,
-    x_words_ptr,
+    x_vectors_ptr,
     x_vectors,
     vector_limit,
     NNZ: tl.constexpr,
@@ -545,7 +528,7 @@ def _fetch_step(
     w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
     if SHIFTED:
         x, x_high = _load_shifted_chunks(
-            x_words_ptr,
+            x_vectors_ptr,
             c0,
             c1,
             c2,
@@ -557,7 +540,6 @@ def _fetch_step(
             x_vectors,
             vector_limit,
             mask_m,
-            x_ptr.dtype.element_ty.primitive_bitwidth // 8,
             GROUPS,
         )
         return x, x_high, mask_d, w0, w1, w2, w3
@@ -583,7 +565,7 @@ def _stacked_chunks(
     offs_q,
     stride_xm,
     stride_xd,
-    x_words_ptr,
+    x_vectors_ptr,
     x_vectors,
     vector_limit,
     NNZ: tl.constexpr,
@@ -616,7 +598,7 @@ def _stacked_chunks(
         offs_q,
         stride_xm,
         stride_xd,
-        x_words_ptr,
+        x_vectors_ptr,
         x_vectors,
         vector_limit,
         NNZ,
@@ -646,10 +628,10 @@ def _sum_steps_pipelined(
     offs_q,
     stride_xm,
     stride_xd,
-    x_words_ptr,
+    x_vectors_ptr,
     x_vectors,
     vector_limit,
-    half_shift,
+    shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -684,7 +666,7 @@ def _sum_steps_pipelined(
         offs_q,
         stride_xm,
         stride_xd,
-        x_words_ptr,
+        x_vectors_ptr,
         x_vectors,
         vector_limit,
         NNZ,
@@ -716,7 +698,7 @@ def _sum_steps_pipelined(
             offs_q,
             stride_xm,
             stride_xd,
-            x_words_ptr,
+            x_vectors_ptr,
             x_vectors,
             vector_limit,
             NNZ,
@@ -727,7 +709,7 @@ def _sum_steps_pipelined(
         c0, c1, c2, c3 = _step_chunks(
             rotations_ptr, rotations_ptr, group + 2 * GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
         )
-        operand = _chunk_operand(x, x_high, x_mask, half_shift, x_ptr.dtype.element_ty, SHIFTED)
+        operand = _chunk_operand(x, x_high, x_mask, shift, SHIFTED)
         acc = dot_exact(operand, tile, acc, FP32_PASSES, DOT_DTYPE)
         x = x_next
         x_high = x_high_next
@@ -754,10 +736,10 @@ def _sum_steps(
     offs_q,
     stride_xm,
     stride_xd,
-    x_words_ptr,
+    x_vectors_ptr,
     x_vectors,
     vector_limit,
-    half_shift,
+    shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -791,10 +773,10 @@ def _sum_steps(
             offs_q,
             stride_xm,
             stride_xd,
-            x_words_ptr,
+            x_vectors_ptr,
             x_vectors,
             vector_limit,
-            half_shift,
+            shift,
             NNZ,
             BLOCKS,
             BANDS,
@@ -822,7 +804,7 @@ def _sum_steps(
                 offs_q,
                 stride_xm,
                 stride_xd,
-                x_words_ptr,
+                x_vectors_ptr,
                 x_vectors,
                 vector_limit,
                 NNZ,
@@ -849,7 +831,7 @@ def _sum_steps(
                     offs_q,
                     stride_xm,
                     stride_xd,
-                    x_words_ptr,
+                    x_vectors_ptr,
                     x_vectors,
                     vector_limit,
                     NNZ,
@@ -858,10 +840,10 @@ def _sum_steps(
                     GROUPS,
                     SHIFTED,
                 )
-            operand = _chunk_operand(x, x_high, x_mask, half_shift, x_ptr.dtype.element_ty, SHIFTED)
+            operand = _chunk_operand(x, x_high, x_mask, shift, SHIFTED)
             acc = dot_exact(operand, tile, acc, FP32_PASSES, DOT_DTYPE)
             if UNROLL == 2:
-                operand = _chunk_operand(x_next, x_high_next, x_mask_next, half_shift, x_ptr.dtype.element_ty, SHIFTED)
+                operand = _chunk_operand(x_next, x_high_next, x_mask_next, shift, SHIFTED)
                 acc = dot_exact(operand, tile_next, acc, FP32_PASSES, DOT_DTYPE)
     return acc
 
@@ -967,10 +949,10 @@ def _forward_run(
     offs_m,
     mask_m,
     offs_q,
-    x_words_ptr,
+    x_vectors_ptr,
     x_vectors,
     vector_limit,
-    half_shift,
+    shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -1002,10 +984,10 @@ def _forward_run(
             offs_q,
             stride_xm,
             stride_xd,
-            x_words_ptr,
+            x_vectors_ptr,
             x_vectors,
             vector_limit,
-            half_shift,
+            shift,
             NNZ,
             BLOCKS,
             BANDS,
@@ -1037,10 +1019,10 @@ def _forward_run(
                 offs_q,
                 stride_xm,
                 stride_xd,
-                x_words_ptr,
+                x_vectors_ptr,
                 x_vectors,
                 vector_limit,
-                half_shift,
+                shift,
                 NNZ,
                 BLOCKS,
                 BANDS,
@@ -1077,9 +1059,10 @@ def sparse_jl_windowed_forward_kernel(
     stride_om,
     stride_ok,
     stride_split,
-    x_words_ptr,
+    x_vectors_ptr,
     x_origin,
     vector_limit,
+    row_period,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -1111,10 +1094,16 @@ def sparse_jl_windowed_forward_kernel(
     run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
     truncates, so over hundreds of steps into one accumulator its error grows to 1.7e-5 of the
     output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
-    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
+    period = 1
+    if SHIFTED:
+        period = row_period
+    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, period, BLOCK_M, BANDS)
     offs_q = tl.arange(0, WIDTH)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
-    x_vectors, half_shift = _row_vectors(x_origin, offs_m, stride_xm, column_offset, x_ptr.dtype.element_ty)
+    x_vectors = offs_m  # unread without SHIFTED
+    shift = 0
+    if SHIFTED:
+        x_vectors, shift = _row_vectors(x_origin, offs_m, stride_xm, column_offset)
     run = (
         words_ptr,
         rotations_ptr,
@@ -1125,10 +1114,10 @@ def sparse_jl_windowed_forward_kernel(
         offs_m,
         mask_m,
         offs_q,
-        x_words_ptr,
+        x_vectors_ptr,
         x_vectors,
         vector_limit,
-        half_shift,
+        shift,
     )
     if SEGMENTS:
         tl.static_assert(not SHIFTED)
@@ -1449,7 +1438,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     additions, with no three-way split and no truncating tensor-core accumulator. Per step one
     group, pipelined in registers: the chunk and words two steps ahead, the chunk index three.
     Loading X's columns in permuted order instead ran 10-35x slower (benchmarks/NOTES.md)."""
-    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
+    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, 1, BLOCK_M, BANDS)
     lanes = tl.arange(0, WINDOW)
     zeros_m = tl.zeros_like(offs_m).to(tl.int32)
     a0 = tl.zeros((BLOCK_M, WINDOW), dtype=tl.float32)
@@ -1936,7 +1925,7 @@ def sparse_jl_windowed_transpose_kernel(
     register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
     the loop-invariant y^T the other; otherwise the [BLOCK_M, WIDTH] x [WIDTH, 16 GROUPS] product
     has an N of 16 per group and a tile to stage through shared memory on every step."""
-    window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
+    window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, 1, BLOCK_M, 1)
     offs_q = tl.arange(0, WIDTH)
     g_begin = g_first + pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, g_last)

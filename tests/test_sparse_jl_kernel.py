@@ -447,22 +447,25 @@ def test_shifted_rows_rule():
     """Which forward inputs read shifted vectors (``windowed._shifted_rows``): 2-byte rows whose start,
     stride, width or column offset is off 16 elements, with unit column stride; and the view it
     hands the kernel starts at x's start rounded down to 16 bytes and reaches the storage's end."""
-    storage = torch.zeros(4 * 1000 + 64, dtype=BF16)
+    storage = torch.zeros(16 * 1000 + 64, dtype=BF16)
     assert windowed._shifted_rows(storage[: 4 * 768].view(4, 768), 0) is None  # aligned
     assert windowed._shifted_rows(storage[: 4 * 768].view(4, 768), 16) is None
     assert windowed._shifted_rows(storage[: 4 * 769].float().view(4, 769), 0) is None  # float32 keeps its loads
     assert windowed._shifted_rows(storage[: 8 * 500].view(4, 1000)[:, ::2], 0) is None  # column stride 2
     for x, offset in [
-        (storage[: 4 * 769].view(4, 769), 0),  # odd rows
-        (storage[: 4 * 768].view(4, 768), 5),  # a column offset
-        (storage[: 4 * 784].view(4, 784)[:, :770], 0),  # a ragged width on aligned rows
-        (storage[3 : 3 + 4 * 768].view(4, 768), 0),  # a start 6 bytes past 16
+        (storage[: 16 * 769].view(16, 769), 0),  # odd rows
+        (storage[: 16 * 768].view(16, 768), 5),  # a column offset
+        (storage[: 16 * 784].view(16, 784)[:, :770], 0),  # a ragged width on aligned rows
+        (storage[3 : 3 + 16 * 766].view(16, 766), 0),  # a start 6 bytes past 16
     ]:
-        words, origin, vectors = windowed._shifted_rows(x, offset)
-        assert words.dtype == torch.int32 and (words.data_ptr() - storage.data_ptr()) % 16 == 0
-        assert words.data_ptr() + 2 * origin == x.data_ptr() and 0 <= origin < 8
-        end = storage.untyped_storage().nbytes() - (words.data_ptr() - storage.data_ptr())  # bytes from the view
+        flat, origin, vectors, period = windowed._shifted_rows(x, offset)
+        assert flat.dtype == x.dtype and (flat.data_ptr() - storage.data_ptr()) % 16 == 0
+        assert flat.data_ptr() + 2 * origin == x.data_ptr() and 0 <= origin < 8
+        end = storage.untyped_storage().nbytes() - (flat.data_ptr() - storage.data_ptr())  # bytes from the view
         assert (vectors - 1) * 16 < end <= vectors * 16  # the last vector, partial or not, is covered
+        # rows m and m + period start equally far past 16 bytes, and no shorter period does that
+        past = [(x[m].data_ptr() - 2 * offset) % 16 for m in range(16)]
+        assert period == min(p for p in (1, 2, 4, 8) if all(past[m] == past[m % p] for m in range(16)))
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16])
@@ -473,14 +476,17 @@ def test_shifted_rows_rule():
         (40, 100, 512, 3, 5, 1),  # padded rows, a column offset and a start off 16 bytes
         (66, 161, 1000, 0, 2**33 + 21, 3),  # folded k, an offset above 2^32
         (65, 48, 2048, 0, 0, 2),  # aligned widths at a misaligned start; two bands
+        (300, 37, 128, 0, 0, 0),  # several row tiles per residue class
+        (1100, 21, 256, 0, 3, 0),  # residue classes of 138 rows: 128-row programs
     ],
 )
 def test_forward_reads_rows_off_16_bytes_as_shifted_vectors(
     kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start
 ):
-    """Half-type rows that do not start on 16 bytes are read as the aligned vectors around them and
-    shifted into place (``windowed._shifted_rows``): the result matches the reference, and a NaN
-    stays in its own row although its vector is also read for the neighbouring rows' chunks."""
+    """Half-type rows that do not start on 16 bytes are read, by programs over rows of one residue
+    class, as the aligned vectors around them and shifted into place (``windowed._shifted_rows``):
+    the result matches the reference, and a NaN stays in its own row although its vector is also
+    read for the neighbouring rows' chunks."""
     storage = torch.randn(view_start + n * (d + row_pad) + 5, generator=rng).to(dtype).to(kernel_device)
     x = storage[view_start : view_start + n * (d + row_pad)].view(n, d + row_pad)[:, :d]
     x[1, d // 2] = float("nan")

@@ -174,12 +174,12 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, in
     return 1, 2, 3, False
 
 
-#: The forward's steps over shifted rows (:func:`_shifted_rows`): two unpipelined dots of two
-#: groups. Each step holds two vectors per 16 bytes of X, so the pipelined steps of aligned rows ran
-#: out of registers (255, 12-464 bytes of spills): H100, bfloat16, 65536 x 16383 -> 1024 and
-#: 4096 x 131071 -> 4096, 2.22x / 2.44x the aligned call against 2.98x / 2.76x (benchmarks/NOTES.md,
-#: "Any d").
+#: The forward's steps and rows over shifted rows (:func:`_shifted_rows`): two unpipelined dots of
+#: two groups, 128-row programs where a residue class has that many rows. Each step holds two
+#: vectors per 16 bytes of X; H100 sweep, bfloat16 (benchmarks/NOTES.md, "Any d"): 1.7-2.1x the
+#: aligned call against 2.2-2.5x with 64 rows, and 2.1-9x pipelined or with 8 warps.
 _SHIFTED_STEPS = (2, 2, 1, False)
+_SHIFTED_ROWS = 128
 #: Groups per program from which the half-type forward pipelines its steps.
 _HALF_PIPELINED_GROUPS = 128
 #: Groups per program from which the float32 forward takes pipelined two-group steps.
@@ -415,17 +415,19 @@ def _grid(
     bands: int = 1,
     input_bytes: int | None = None,
     per_sm: int = 8,
+    row_period: int = 1,
 ):
     """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
     ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
     (n, k) partials to be summed; ``bands``: programs per (row tile, window); ``input_bytes``:
     the bytes the launch reads (default: x's); ``per_sm``: the programs per SM that the splits
-    aim for."""
+    aim for; ``row_period``: row tiles hold rows of one residue class mod it (``_program_tile``)."""
     summed = out_features is not None
     n = x.shape[0]
     width = _width(nnz)
-    block_m = block_m or _block_m(n, width, float32_transpose=not summed and x.dtype == torch.float32)
-    tiles = math.ceil(n / block_m) * windows * bands
+    class_rows = math.ceil(n / row_period)
+    block_m = block_m or _block_m(class_rows, width, float32_transpose=not summed and x.dtype == torch.float32)
+    tiles = row_period * math.ceil(class_rows / block_m) * windows * bands
     if splits is None:
         # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
         # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
@@ -530,13 +532,22 @@ def _segments(spans, x: torch.Tensor, per_split: int) -> _Segments:
     )
 
 
-def _shifted_rows(x: torch.Tensor, column_offset: int) -> tuple[torch.Tensor, int, int] | None:
-    """For a forward whose chunks of 16 columns are not provably 16-byte aligned
-    (:func:`_aligned_chunks`), where Triton would load them element by element: (x's storage as int32 words from x's start rounded down to 16 bytes, x's element offset
-    from there, the 16-byte vectors up to the storage's end, the last one rounded up). The kernel
-    then loads whole aligned vectors and shifts each row into place (SHIFTED). None where chunks are
-    aligned, the storage itself is not 16-byte aligned, or x is not a 2-byte type: float32's
-    element loads ran 1.3-1.6x faster than its shifted vectors (benchmarks/NOTES.md, "Any d")."""
+class _ShiftedRows(NamedTuple):
+    """The storage view of a forward that reads X's rows as shifted vectors (:func:`_shifted_rows`)."""
+
+    flat: torch.Tensor  #: x's storage from x's start rounded down to 16 bytes
+    origin: int  #: x's element offset from there
+    vectors: int  #: 16-byte vectors up to the storage's end, the last one rounded up
+    period: int  #: rows m and m + period start equally far past 16 bytes
+
+
+def _shifted_rows(x: torch.Tensor, column_offset: int) -> _ShiftedRows | None:
+    """For a half-type forward whose chunks of 16 columns are not provably 16-byte aligned
+    (:func:`_aligned_chunks`), where Triton would load them element by element: the kernel's
+    programs take rows of one residue class mod the period, load whole aligned vectors and shift
+    them into place by the class's offset (SHIFTED). None where chunks are aligned, the storage
+    itself is not 16-byte aligned, or x is not a 2-byte type: float32's element loads ran 1.3-1.5x
+    faster than its shifted vectors (benchmarks/NOTES.md, "Any d")."""
     size = x.element_size()
     if size != 2 or x.stride(1) != 1 or _aligned_chunks(x, column_offset):
         return None
@@ -544,12 +555,22 @@ def _shifted_rows(x: torch.Tensor, column_offset: int) -> tuple[torch.Tensor, in
     storage = x.untyped_storage()
     if storage.data_ptr() % 16:
         return None
+    per_vector = 16 // size
     origin = start % 16 // size
     first = x.storage_offset() - origin  # in elements, a multiple of 16 bytes from the storage's start
-    words = (storage.nbytes() - first * size) // 4
-    flat = torch.as_strided(x, (words * 4 // size,), (1,), first).view(torch.int32)
+    flat = torch.as_strided(x, ((storage.nbytes() - first * size) // size,), (1,), first)
     vectors = -(-(storage.data_ptr() + storage.nbytes() - (start - origin * size)) // 16)
-    return flat, origin, vectors
+    period = per_vector // math.gcd(x.stride(0) % per_vector, per_vector) if x.shape[0] > 1 else 1
+    return _ShiftedRows(flat, origin, vectors, period)
+
+
+def _packs_vectors(block_m: int, groups_per_dot: int, num_warps: int) -> bool:
+    """Whether a shifted forward's X tile ([block_m, 16 * groups_per_dot]) gives each thread at least
+    8 elements: Triton's loads then give each thread whole 16-byte vectors (8 contiguous 2-byte
+    elements), as the shift's PTX needs (``_shift_halves`` takes 8 elements a thread holds next to
+    each other); with fewer, a thread's neighbouring elements belong to different vectors. The
+    default tilings all qualify (16 rows with 2 warps and more)."""
+    return block_m * 16 * groups_per_dot >= 8 * 32 * num_warps
 
 
 def _upload(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -608,6 +629,26 @@ def _forward(
             _SHUFFLE_PROGRAMS_PER_SM,
         )
     shifted = None if shuffles or spans is not None else _shifted_rows(x, column_offset)
+    if shifted:
+        class_rows = math.ceil(n / shifted.period)
+        shifted_grid = _grid(
+            x,
+            nnz,
+            groups,
+            tables.windows,
+            tiling.splits,
+            tiling.blocks[0] if tiling.blocks else _SHIFTED_ROWS if class_rows >= _SHIFTED_ROWS else None,
+            out_features,
+            bands,
+            input_bytes,
+            per_sm,
+            shifted.period,
+        )
+        rows = shifted_grid[0]
+        if _packs_vectors(rows, (tiling.steps or _SHIFTED_STEPS)[0], tiling.num_warps or _num_warps(rows)):
+            block_m, width, tiles, splits, per_split = shifted_grid
+        else:  # a tiling override too small for the shift: element loads
+            shifted = None
     if not shuffles:
         groups_per_dot, unroll, stages, pipelined = _SHIFTED_STEPS if shifted else _forward_steps(x.dtype, per_split)
         if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
@@ -668,7 +709,7 @@ def _forward(
             raise ValueError(f"Tiling(pipelined=True) takes one dot per step, not steps={tiling.steps}")
         sparse_jl_windowed_forward_kernel[(tiles, splits)](
             *arguments,
-            *(shifted or (tables.words, 0, 0)),  # unread without SHIFTED
+            *(shifted or (tables.words, 0, 0, 1)),  # unread without SHIFTED
             **layout,
             SHIFTED=shifted is not None,
             FP32_PASSES=fp32_passes,
