@@ -546,7 +546,7 @@ def _shifted_rows(x: torch.Tensor, column_offset: int) -> _ShiftedRows | None:
     (:func:`_aligned_chunks`), where Triton would load them element by element: the kernel's
     programs take rows of one residue class mod the period, load whole aligned vectors and shift
     them into place by the class's offset (SHIFTED). None where chunks are aligned, the storage
-    itself is not 16-byte aligned, or x is not a 2-byte type: float32's element loads ran 1.3-1.5x
+    itself is not 16-byte aligned, or x is not a 2-byte type: float32's element loads ran 1.1-1.5x
     faster than its shifted vectors (benchmarks/NOTES.md, "Any d")."""
     size = x.element_size()
     if size != 2 or x.stride(1) != 1 or _aligned_chunks(x, column_offset):
