@@ -1080,9 +1080,10 @@ def sparse_jl_windowed_forward_kernel(
     SHIFTED: tl.constexpr,
 ):
     """out[split, m, window a of every block of one band] for this split's groups. Grid:
-    (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
-    sharing a row tile run together (the BANDS siblings of a window read X's chunks in a different
-    order, through L2). BLOCKS = min(NNZ, 8) blocks per band; WIDTH is 16 * BLOCKS rounded up to a
+    (row tiles * A * BANDS, splits), cdiv(n, BLOCK_M) row tiles, or with SHIFTED row_period *
+    cdiv(cdiv(n, row_period), BLOCK_M) of one residue class each; A and the band are the fastest
+    axes so the programs sharing a row tile run together (the BANDS siblings of a window read X's
+    chunks in a different order, through L2). BLOCKS = min(NNZ, 8) blocks per band; WIDTH is 16 * BLOCKS rounded up to a
     power of two. Each step takes GROUPS groups in one dot and UNROLL (1 or 2) such dots: a lone
     16-column chunk per step left the kernel latency-bound (benchmarks/NOTES.md). With one split
     ``out`` is Y; otherwise a float32 workspace the caller sums in a fixed order. With SEGMENTS (a

@@ -177,7 +177,7 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, in
 #: The forward's steps and rows over shifted rows (:func:`_shifted_rows`): two unpipelined dots of
 #: two groups, 128-row programs where a residue class has that many rows. Each step holds two
 #: vectors per 16 bytes of X; H100 sweep, bfloat16 (benchmarks/NOTES.md, "Any d"): 1.7-2.1x the
-#: aligned call against 2.2-2.5x with 64 rows, and 2.1-9x pipelined or with 8 warps.
+#: aligned call against 2.2-2.5x with 64 rows, and 2.0-9x pipelined or with 8 warps.
 _SHIFTED_STEPS = (2, 2, 1, False)
 _SHIFTED_ROWS = 128
 #: Groups per program from which the half-type forward pipelines its steps.
