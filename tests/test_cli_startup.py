@@ -144,3 +144,27 @@ def test_a_signal_during_a_commit_waits_for_its_end():
                 steps.append("second rename")
             steps.append("after the commit")  # not reached: the signal is raised on leaving
     assert steps == ["first rename", "second rename"]
+
+
+def test_a_signal_while_a_temporary_output_is_created_leaves_no_file(tmp_path, monkeypatch):
+    """A signal that arrives after the temporary file exists but before the run has recorded it
+    (where the CLI-level test freezes the process as soon as the file appears) is raised once it is
+    recorded, so the clean-up deletes it."""
+    from sjlt.io import atomic
+    from sjlt.io.errors import Interrupted
+    from sjlt.io.signals import interrupts_as_exceptions
+
+    create = atomic._create_temporary_beside
+
+    def created_then_signalled(path):
+        temporary = create(path)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs here, inside the creation
+        return temporary
+
+    monkeypatch.setattr(atomic, "_create_temporary_beside", created_then_signalled)
+    with pytest.raises(Interrupted):
+        with interrupts_as_exceptions():
+            with atomic.atomic_outputs(tmp_path / "out.npy", tmp_path / "out.npy.json", overwrite=False):
+                pytest.fail("the signal must stop the run before it writes")
+    assert os.listdir(tmp_path) == []

@@ -197,7 +197,10 @@ def atomic_outputs(*paths: Path, overwrite: bool, role: str = "OUTPUT") -> Itera
     temporaries: list[Path] = []
     try:
         for target in targets:
-            temporaries.append(_create_temporary_beside(target))
+            # a signal between creating the file and recording it would leave it behind: it is
+            # raised once the file is recorded, so the clean-up below deletes it
+            with signals_deferred():
+                temporaries.append(_create_temporary_beside(target))
         yield tuple(temporaries)
         for temporary in temporaries:
             _fsync_path(temporary)
