@@ -30,11 +30,6 @@ with the tile as the tensor cores' register operand (design 11).
 The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and
 4 * nnz / 16 bytes per input column; the projection kernels only load them.
 
-Half-type rows that do not start on 16 bytes (d, row stride or column offset off 16 elements) would
-load element by element; the tile forward's programs take rows of one residue class, which start
-equally far past 16 bytes, read the aligned vectors around each chunk and shift those into place at
-the dot by that one offset (SHIFTED, ``_load_shifted_chunks`` and ``_shift_halves``).
-
 Both forwards also run grouped launches (SEGMENTS): many column blocks of one virtual matrix, such
 as a model's per-parameter gradients, in one launch over one table, each split running a list of
 (block, group run) segments.
@@ -43,13 +38,10 @@ as a model's per-parameter gradients, in one launch over one table, each split r
 import triton
 import triton.language as tl
 
-from .._backend import triton_interpreting
 from .philox import philox4x32_10
 from .sparse_jl import dot_exact, split_bf16x3
 
 WINDOW = tl.constexpr(16)
-#: Whether the kernels run in Triton's interpreter (decided at import, as triton.jit decides it).
-INTERPRETED = tl.constexpr(triton_interpreting())
 
 
 @triton.jit
@@ -164,16 +156,12 @@ def _signed_permutation(word, offs_q, band, NNZ: tl.constexpr, BLOCKS: tl.conste
 
 
 @triton.jit
-def _program_tile(n, windows, row_period, BLOCK_M: tl.constexpr, BANDS: tl.constexpr):
+def _program_tile(n, windows, BLOCK_M: tl.constexpr, BANDS: tl.constexpr):
     """(window a, band, split, rows, row mask) of this program; grid axis 0 is
-    (row tile * A + a) * BANDS + band, so the programs sharing a row tile run together. Row tile
-    t holds BLOCK_M rows of the residue class t mod ``row_period``: rows (t mod P) + P i for
-    consecutive i (P = 1: consecutive rows)."""
+    (row tile * A + a) * BANDS + band, so the programs sharing a row tile run together."""
     pid = tl.program_id(0)
     tile = pid // BANDS
-    row_tile = tile // windows
-    first = (row_tile // row_period).to(tl.int64) * BLOCK_M
-    offs_m = row_tile % row_period + row_period * (first + tl.arange(0, BLOCK_M))
+    offs_m = (tile // windows).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     return tile % windows, pid % BANDS, tl.program_id(1), offs_m, offs_m < n
 
 
@@ -281,19 +269,12 @@ def _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, colum
 
 
 @triton.jit
-def _stacked_chunk(c0, c1, c2, c3, stacked):
-    """The chunk of group ``stacked`` (0-3) of the step, per lane: the scalars broadcast to the
-    lanes' shape and layout."""
-    chunk = tl.where(stacked == 1, c1, c0)
-    chunk = tl.where(stacked == 2, c2, chunk)
-    return tl.where(stacked == 3, c3, chunk)
-
-
-@triton.jit
 def _stacked_columns(c0, c1, c2, c3, lanes, first_group, g_end, windows, group_base, column_offset, d):
     """``_step_columns`` for the step's lanes 0 .. 16 * GROUPS - 1 in any layout (the Gluon forward's)."""
     stacked = lanes // WINDOW
-    chunk = _stacked_chunk(c0, c1, c2, c3, stacked)
+    chunk = tl.where(stacked == 1, c1, c0)  # scalars broadcast to the lanes' shape and layout
+    chunk = tl.where(stacked == 2, c2, chunk)
+    chunk = tl.where(stacked == 3, c3, chunk)
     cols = (group_base * windows + chunk) * WINDOW - column_offset + lanes % WINDOW
     return cols, (first_group + stacked < g_end) & (cols >= 0) & (cols < d)
 
@@ -388,111 +369,6 @@ def _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd):
     )
 
 
-def _shift_ptx(shift: int) -> str:
-    """PTX for ``_shift_halves`` at one shift: $0-$3 = the 4 words that start ``shift`` 2-byte halves
-    into the 8 words $4-$11 (a 16-byte vector and the one after it): a byte permute per word at an
-    odd shift, otherwise moves, which register allocation removes."""
-    word = shift // 2
-    if shift % 2:
-        return " ".join(f"prmt.b32 ${i}, ${4 + word + i}, ${5 + word + i}, 0x5432;" for i in range(4))
-    return " ".join(f"mov.b32 ${i}, ${4 + word + i};" for i in range(4))
-
-
-_SHIFT_PTX = tl.constexpr(tuple(_shift_ptx(shift) for shift in range(8)))
-
-
-@triton.jit
-def _shift_halves(low, high, shift):
-    """Per 16-byte vector of ``low`` ([BLOCK_M, columns] of a 2-byte type) and the vector of ``high``
-    at the same position (the 16 bytes after it in memory): the 16 bytes that start ``shift``
-    elements (a scalar, 0-7) into their 32. One static case per shift behind a uniform branch, so a
-    case is at most a byte permute per word; under the interpreter, which runs no PTX, gathers.
-
-    The PTX takes 8 elements of each operand per call (``pack``), the ones a thread holds next to
-    each other: whole vectors only where each thread holds a vector's 8 elements, which the
-    launcher ensures (``windowed._packs_vectors``): the loads' layout gives each thread 8
-    contiguous elements (16 bytes) once the tile has 8 elements per thread."""
-    tl.static_assert(low.dtype.primitive_bitwidth == 16)
-    if INTERPRETED:
-        rows: tl.constexpr = low.shape[0]
-        vectors: tl.constexpr = low.shape[1] // 8
-        both = tl.join(
-            tl.reshape(low.to(tl.int16, bitcast=True), (rows, vectors, 8)),
-            tl.reshape(high.to(tl.int16, bitcast=True), (rows, vectors, 8)),
-        )
-        both = tl.reshape(tl.permute(both, (0, 1, 3, 2)), (rows, vectors, 16))
-        index = tl.broadcast_to(shift + tl.arange(0, 8)[None, None, :], (rows, vectors, 8))
-        return tl.reshape(tl.gather(both, index, 2), (rows, vectors * 8)).to(low.dtype, bitcast=True)
-    else:
-        shifted = low
-        for case in tl.static_range(1, 8):
-            if shift == case:
-                shifted = tl.inline_asm_elementwise(
-                    _SHIFT_PTX[case], "=r,=r,=r,=r" + ",r" * 8, [low, high], dtype=low.dtype, is_pure=True, pack=8
-                )
-        return shifted
-
-
-@triton.jit
-def _load_shifted_chunks(
-    x_vectors_ptr,
-    c0,
-    c1,
-    c2,
-    c3,
-    first_group,
-    g_end,
-    windows,
-    group_base,
-    x_vectors,
-    vector_limit,
-    mask_m,
-    GROUPS: tl.constexpr,
-):
-    """X's chunks (``_step_columns``) as the aligned 16-byte vectors that hold them, where rows of a
-    2-byte type are not 16-byte aligned: per row and chunk the low ([BLOCK_M, 16 * GROUPS]) and high
-    vectors (the same, one vector later) of the aligned superset that starts at the row's vector
-    ``x_vectors`` (its start, rounded down) plus the chunk's. Whole-vector loads, where a load of X
-    at its own address is element by element (``_chunk_operand`` shifts them into place). Vectors
-    outside [0, vector_limit) of the storage hold no element of X and read as zeros."""
-    lanes = tl.arange(0, 16 * GROUPS)
-    stacked = lanes // 16
-    chunk = _stacked_chunk(c0, c1, c2, c3, stacked)
-    # a chunk is two vectors of 8; written (lanes // 8) % 2, since with lanes % 16 // 8 the compiler
-    # loses the vectors' contiguity (and a mask that varies within a vector would too) and loads
-    # element by element
-    vector = x_vectors[:, None] + ((group_base * windows + chunk) * 2 + (lanes // 8) % 2)[None, :]
-    element = vector * 8 + (lanes % 8)[None, :]
-    mask = mask_m[:, None] & (first_group + stacked < g_end)[None, :]
-    low = tl.load(x_vectors_ptr + element, mask=mask & (vector >= 0) & (vector < vector_limit), other=0.0)
-    high = tl.load(x_vectors_ptr + element + 8, mask=mask & (vector + 1 >= 0) & (vector + 1 < vector_limit), other=0.0)
-    return low, high
-
-
-@triton.jit
-def _row_vectors(x_origin, offs_m, stride_xm, column_offset):
-    """For ``_load_shifted_chunks``: each row's 16-byte vector where its chunk 0 starts, rounded down
-    (X[m, 16 c - column_offset] is element ``x_origin + m stride_xm + 16 c - column_offset`` of
-    ``x_vectors_ptr``, 2-byte elements), and the elements by which that start is past it: one
-    scalar, since a program's rows are of one residue class (``_program_tile``), which all start
-    equally far past."""
-    start = x_origin + offs_m * stride_xm - column_offset
-    past = start % 8
-    past = tl.where(past < 0, past + 8, past)  # % keeps the sign of a negative start
-    return (start - past) // 8, tl.max(past, 0).to(tl.int32)
-
-
-@triton.jit
-def _chunk_operand(x, x_high, x_mask, shift, SHIFTED: tl.constexpr):
-    """The step's X operand ([BLOCK_M, 16 * GROUPS]) from its loads: ``x`` itself, or with SHIFTED
-    the vectors ``x`` and ``x_high`` of ``_load_shifted_chunks`` shifted by the rows' ``shift`` and
-    masked by ``x_mask``. Shifting at the dot, not at the load, keeps the loads of the pipelined
-    steps in flight."""
-    if SHIFTED:
-        x = tl.where(x_mask[None, :], _shift_halves(x, x_high, shift), 0.0)
-    return x
-
-
 @triton.jit
 def _fetch_step(
     x_ptr,
@@ -513,38 +389,14 @@ def _fetch_step(
     offs_q,
     stride_xm,
     stride_xd,
-    x_vectors_ptr,
-    x_vectors,
-    vector_limit,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     GROUPS: tl.constexpr,
-    SHIFTED: tl.constexpr,
 ):
-    """The forward step's loads once its chunk indices are known: X's chunks and their words; with
-    SHIFTED (rows not 16-byte aligned) X's chunks as (low vectors, high vectors, column mask) of
-    ``_load_shifted_chunks``, otherwise as (chunks, 0, 0), for ``_chunk_operand``."""
+    """The forward step's loads once its chunk indices are known: X's chunks and their words."""
     cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
     w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
-    if SHIFTED:
-        x, x_high = _load_shifted_chunks(
-            x_vectors_ptr,
-            c0,
-            c1,
-            c2,
-            c3,
-            first_group,
-            g_end,
-            windows,
-            group_base,
-            x_vectors,
-            vector_limit,
-            mask_m,
-            GROUPS,
-        )
-        return x, x_high, mask_d, w0, w1, w2, w3
-    else:
-        return _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd), 0, 0, w0, w1, w2, w3
+    return _load_chunks(x_ptr, cols, mask_d, offs_m, mask_m, stride_xm, stride_xd), w0, w1, w2, w3
 
 
 @triton.jit
@@ -565,21 +417,16 @@ def _stacked_chunks(
     offs_q,
     stride_xm,
     stride_xd,
-    x_vectors_ptr,
-    x_vectors,
-    vector_limit,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
     GROUPS: tl.constexpr,
-    SHIFTED: tl.constexpr,
 ):
-    """X's chunks at ``window`` in ``band`` of GROUPS groups (as ``_fetch_step`` returns them) and
-    their stacked tile, in one go."""
+    """X's chunks at ``window`` in ``band`` of GROUPS groups and their stacked tile, in one go."""
     c0, c1, c2, c3 = _step_chunks(
         rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS, GROUPS, False
     )
-    x, x_high, x_mask, w0, w1, w2, w3 = _fetch_step(
+    x, w0, w1, w2, w3 = _fetch_step(
         x_ptr,
         words_ptr,
         c0,
@@ -598,15 +445,11 @@ def _stacked_chunks(
         offs_q,
         stride_xm,
         stride_xd,
-        x_vectors_ptr,
-        x_vectors,
-        vector_limit,
         NNZ,
         BLOCKS,
         GROUPS,
-        SHIFTED,
     )
-    return x, x_high, x_mask, _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
+    return x, _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
 
 
 @triton.jit
@@ -628,17 +471,12 @@ def _sum_steps_pipelined(
     offs_q,
     stride_xm,
     stride_xd,
-    x_vectors_ptr,
-    x_vectors,
-    vector_limit,
-    shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     GROUPS: tl.constexpr,
-    SHIFTED: tl.constexpr,
 ):
     """``_sum_steps`` with one dot per step, pipelined in registers: while step i's tile is built and
     its dot runs, step i + 1's chunks and words are in flight, and step i + 2's chunk indices (the
@@ -647,7 +485,7 @@ def _sum_steps_pipelined(
     c0, c1, c2, c3 = _step_chunks(
         rotations_ptr, rotations_ptr, first_group, g_end, window, windows, band, BANDS, GROUPS, False
     )
-    x, x_high, x_mask, w0, w1, w2, w3 = _fetch_step(
+    x, w0, w1, w2, w3 = _fetch_step(
         x_ptr,
         words_ptr,
         c0,
@@ -666,20 +504,16 @@ def _sum_steps_pipelined(
         offs_q,
         stride_xm,
         stride_xd,
-        x_vectors_ptr,
-        x_vectors,
-        vector_limit,
         NNZ,
         BLOCKS,
         GROUPS,
-        SHIFTED,
     )
     c0, c1, c2, c3 = _step_chunks(
         rotations_ptr, rotations_ptr, first_group + GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
     )
     for group in range(first_group, g_end, GROUPS):
         tile = _stacked_tile(w0, w1, w2, w3, offs_q, band, NNZ, BLOCKS, GROUPS, False)
-        x_next, x_high_next, x_mask_next, w0, w1, w2, w3 = _fetch_step(
+        x_next, w0, w1, w2, w3 = _fetch_step(
             x_ptr,
             words_ptr,
             c0,
@@ -698,22 +532,15 @@ def _sum_steps_pipelined(
             offs_q,
             stride_xm,
             stride_xd,
-            x_vectors_ptr,
-            x_vectors,
-            vector_limit,
             NNZ,
             BLOCKS,
             GROUPS,
-            SHIFTED,
         )
         c0, c1, c2, c3 = _step_chunks(
             rotations_ptr, rotations_ptr, group + 2 * GROUPS, g_end, window, windows, band, BANDS, GROUPS, False
         )
-        operand = _chunk_operand(x, x_high, x_mask, shift, SHIFTED)
-        acc = dot_exact(operand, tile, acc, FP32_PASSES, DOT_DTYPE)
+        acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
         x = x_next
-        x_high = x_high_next
-        x_mask = x_mask_next
     return acc
 
 
@@ -736,10 +563,6 @@ def _sum_steps(
     offs_q,
     stride_xm,
     stride_xd,
-    x_vectors_ptr,
-    x_vectors,
-    vector_limit,
-    shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -748,7 +571,6 @@ def _sum_steps(
     GROUPS: tl.constexpr,
     UNROLL: tl.constexpr,
     PIPELINED: tl.constexpr,
-    SHIFTED: tl.constexpr,
 ):
     """acc + the products of the chunks at ``window`` in ``band`` of groups [first_group, g_end),
     GROUPS groups per dot and UNROLL dots per step, whose loads are all issued first; or with
@@ -773,21 +595,16 @@ def _sum_steps(
             offs_q,
             stride_xm,
             stride_xd,
-            x_vectors_ptr,
-            x_vectors,
-            vector_limit,
-            shift,
             NNZ,
             BLOCKS,
             BANDS,
             FP32_PASSES,
             DOT_DTYPE,
             GROUPS,
-            SHIFTED,
         )
     else:
         for group in range(first_group, g_end, GROUPS * UNROLL):
-            x, x_high, x_mask, tile = _stacked_chunks(
+            x, tile = _stacked_chunks(
                 x_ptr,
                 words_ptr,
                 rotations_ptr,
@@ -804,17 +621,13 @@ def _sum_steps(
                 offs_q,
                 stride_xm,
                 stride_xd,
-                x_vectors_ptr,
-                x_vectors,
-                vector_limit,
                 NNZ,
                 BLOCKS,
                 BANDS,
                 GROUPS,
-                SHIFTED,
             )
             if UNROLL == 2:
-                x_next, x_high_next, x_mask_next, tile_next = _stacked_chunks(
+                x_next, tile_next = _stacked_chunks(
                     x_ptr,
                     words_ptr,
                     rotations_ptr,
@@ -831,20 +644,14 @@ def _sum_steps(
                     offs_q,
                     stride_xm,
                     stride_xd,
-                    x_vectors_ptr,
-                    x_vectors,
-                    vector_limit,
                     NNZ,
                     BLOCKS,
                     BANDS,
                     GROUPS,
-                    SHIFTED,
                 )
-            operand = _chunk_operand(x, x_high, x_mask, shift, SHIFTED)
-            acc = dot_exact(operand, tile, acc, FP32_PASSES, DOT_DTYPE)
+            acc = dot_exact(x, tile, acc, FP32_PASSES, DOT_DTYPE)
             if UNROLL == 2:
-                operand = _chunk_operand(x_next, x_high_next, x_mask_next, shift, SHIFTED)
-                acc = dot_exact(operand, tile_next, acc, FP32_PASSES, DOT_DTYPE)
+                acc = dot_exact(x_next, tile_next, acc, FP32_PASSES, DOT_DTYPE)
     return acc
 
 
@@ -949,10 +756,6 @@ def _forward_run(
     offs_m,
     mask_m,
     offs_q,
-    x_vectors_ptr,
-    x_vectors,
-    vector_limit,
-    shift,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -962,7 +765,6 @@ def _forward_run(
     UNROLL: tl.constexpr,
     PROMOTE_EVERY: tl.constexpr,
     PIPELINED: tl.constexpr,
-    SHIFTED: tl.constexpr,
 ):
     """acc + the tile products of groups [g_begin, g_end) of x (see the forward kernel)."""
     if PROMOTE_EVERY == 0:
@@ -984,10 +786,6 @@ def _forward_run(
             offs_q,
             stride_xm,
             stride_xd,
-            x_vectors_ptr,
-            x_vectors,
-            vector_limit,
-            shift,
             NNZ,
             BLOCKS,
             BANDS,
@@ -996,7 +794,6 @@ def _forward_run(
             GROUPS,
             UNROLL,
             PIPELINED,
-            SHIFTED,
         )
     else:
         for first in range(g_begin, g_end, GROUPS * UNROLL * PROMOTE_EVERY):
@@ -1019,10 +816,6 @@ def _forward_run(
                 offs_q,
                 stride_xm,
                 stride_xd,
-                x_vectors_ptr,
-                x_vectors,
-                vector_limit,
-                shift,
                 NNZ,
                 BLOCKS,
                 BANDS,
@@ -1031,7 +824,6 @@ def _forward_run(
                 GROUPS,
                 UNROLL,
                 PIPELINED,
-                SHIFTED,
             )
     return acc
 
@@ -1059,10 +851,6 @@ def sparse_jl_windowed_forward_kernel(
     stride_om,
     stride_ok,
     stride_split,
-    x_vectors_ptr,
-    x_origin,
-    vector_limit,
-    row_period,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -1077,13 +865,11 @@ def sparse_jl_windowed_forward_kernel(
     UNROLL: tl.constexpr,
     PROMOTE_EVERY: tl.constexpr,
     PIPELINED: tl.constexpr,
-    SHIFTED: tl.constexpr,
 ):
     """out[split, m, window a of every block of one band] for this split's groups. Grid:
-    (row tiles * A * BANDS, splits), cdiv(n, BLOCK_M) row tiles, or with SHIFTED row_period *
-    cdiv(cdiv(n, row_period), BLOCK_M) of one residue class each; A and the band are the fastest
-    axes so the programs sharing a row tile run together (the BANDS siblings of a window read X's
-    chunks in a different order, through L2). BLOCKS = min(NNZ, 8) blocks per band; WIDTH is 16 * BLOCKS rounded up to a
+    (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
+    sharing a row tile run together (the BANDS siblings of a window read X's chunks in a different
+    order, through L2). BLOCKS = min(NNZ, 8) blocks per band; WIDTH is 16 * BLOCKS rounded up to a
     power of two. Each step takes GROUPS groups in one dot and UNROLL (1 or 2) such dots: a lone
     16-column chunk per step left the kernel latency-bound (benchmarks/NOTES.md). With one split
     ``out`` is Y; otherwise a float32 workspace the caller sums in a fixed order. With SEGMENTS (a
@@ -1095,33 +881,11 @@ def sparse_jl_windowed_forward_kernel(
     run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
     truncates, so over hundreds of steps into one accumulator its error grows to 1.7e-5 of the
     output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
-    period = 1
-    if SHIFTED:
-        period = row_period
-    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, period, BLOCK_M, BANDS)
+    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
     offs_q = tl.arange(0, WIDTH)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)
-    x_vectors = offs_m  # unread without SHIFTED
-    shift = 0
-    if SHIFTED:
-        x_vectors, shift = _row_vectors(x_origin, offs_m, stride_xm, column_offset)
-    run = (
-        words_ptr,
-        rotations_ptr,
-        window,
-        windows,
-        band,
-        group_base,
-        offs_m,
-        mask_m,
-        offs_q,
-        x_vectors_ptr,
-        x_vectors,
-        vector_limit,
-        shift,
-    )
+    run = (words_ptr, rotations_ptr, window, windows, band, group_base, offs_m, mask_m, offs_q)
     if SEGMENTS:
-        tl.static_assert(not SHIFTED)
         for segment in range(tl.load(split_segments_ptr + pid_s), tl.load(split_segments_ptr + pid_s + 1)):
             x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(
                 segments_ptr, segment, x_ptr, SEGMENT_MULTIPLE
@@ -1145,7 +909,6 @@ def sparse_jl_windowed_forward_kernel(
                 UNROLL,
                 PROMOTE_EVERY,
                 PIPELINED,
-                False,
             )
     else:
         g_begin = pid_s * groups_per_split
@@ -1169,7 +932,6 @@ def sparse_jl_windowed_forward_kernel(
             UNROLL,
             PROMOTE_EVERY,
             PIPELINED,
-            SHIFTED,
         )
     _store_window(
         out_ptr,
@@ -1439,7 +1201,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     additions, with no three-way split and no truncating tensor-core accumulator. Per step one
     group, pipelined in registers: the chunk and words two steps ahead, the chunk index three.
     Loading X's columns in permuted order instead ran 10-35x slower (benchmarks/NOTES.md)."""
-    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, 1, BLOCK_M, BANDS)
+    window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
     lanes = tl.arange(0, WINDOW)
     zeros_m = tl.zeros_like(offs_m).to(tl.int32)
     a0 = tl.zeros((BLOCK_M, WINDOW), dtype=tl.float32)
@@ -1926,7 +1688,7 @@ def sparse_jl_windowed_transpose_kernel(
     register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
     the loop-invariant y^T the other; otherwise the [BLOCK_M, WIDTH] x [WIDTH, 16 GROUPS] product
     has an N of 16 per group and a tile to stage through shared memory on every step."""
-    window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, 1, BLOCK_M, 1)
+    window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
     offs_q = tl.arange(0, WIDTH)
     g_begin = g_first + pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, g_last)

@@ -204,31 +204,29 @@ def _variants():
                 "stride_ok": I32,
                 "stride_split": I64,
             }
-            tile_signature = dict(
-                forward_signature, x_vectors_ptr=f"*{dtype}", x_origin=I32, vector_limit=I64, row_period=I32
-            )
-            segments = _segments(nnz, block_m)
-            for groups, unroll, _, pipelined in sorted(
-                {windowed._forward_steps(torch_dtypes[dtype], 1), windowed._forward_steps(torch_dtypes[dtype], 10**6)}
-            ):
+            # steps of short and long runs, for rows on 16 bytes and off them (element loads)
+            steps = {
+                windowed._forward_steps(torch_dtypes[dtype], groups, aligned)
+                for groups in (1, 10**6)
+                for aligned in (True, False)
+            }
+            for groups, unroll, _, pipelined in sorted(steps):
                 yield (
                     "sparse_jl_windowed_forward_kernel",
-                    tile_signature,
+                    forward_signature,
                     {
                         **const,
                         "GROUPS": groups,
                         "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
                         "PIPELINED": pipelined,
-                        **segments,
-                        "SHIFTED": False,
+                        **_segments(nnz, block_m),
                     },
-                    ("x_vectors_ptr",),
                 )
             if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
                 yield (
                     "sparse_jl_windowed_forward_kernel",
-                    tile_signature,
+                    forward_signature,
                     {
                         **const,
                         "BLOCK_M": windowed._WIDE_ROWS,
@@ -236,30 +234,9 @@ def _variants():
                         "UNROLL": 1,
                         "PROMOTE_EVERY": 0,
                         "PIPELINED": True,
-                        **segments,
-                        "SHIFTED": False,
+                        **_segments(nnz, block_m),
                     },
-                    ("x_vectors_ptr",),
                 )
-            # half-type rows off 16-byte alignment, read as shifted vectors (windowed._shifted_rows)
-            if dtype != "fp32" and not segments["SEGMENTS"] and nnz in (32, 16, 8, 1):
-                groups, unroll, _, pipelined = windowed._SHIFTED_STEPS
-                for rows in sorted({block_m, windowed._SHIFTED_ROWS}):
-                    yield (
-                        "sparse_jl_windowed_forward_kernel",
-                        tile_signature,
-                        {
-                            **const,
-                            "BLOCK_M": rows,
-                            "GROUPS": groups,
-                            "UNROLL": unroll,
-                            "PROMOTE_EVERY": 0,
-                            "PIPELINED": pipelined,
-                            **segments,
-                            "SHIFTED": True,
-                        },
-                        ("x_vectors_ptr",),
-                    )
             # the CUDA-core forward (_shuffles): exact float32 to 32 rows, half types to 16
             if (dtype == "fp32" and passes == 3 and block_m in (32, 16)) or (dtype != "fp32" and block_m == 16):
                 yield (

@@ -443,57 +443,57 @@ def test_kernels_read_strided_inputs(kernel_device, rng, k):
     assert _relative_error(layouts.triton_transpose(y.to(kernel_device), 150, *_key(3), 4, 0), want_t) <= 1e-5
 
 
-def test_shifted_rows_rule():
-    """Which forward inputs read shifted vectors (``windowed._shifted_rows``): 2-byte rows whose start,
-    stride, width or column offset is off 16 elements, with unit column stride; and the view it
-    hands the kernel starts at x's start rounded down to 16 bytes and reaches the storage's end."""
-    storage = torch.zeros(16 * 1000 + 64, dtype=BF16)
-    assert windowed._shifted_rows(storage[: 4 * 768].view(4, 768), 0) is None  # aligned
-    assert windowed._shifted_rows(storage[: 4 * 768].view(4, 768), 16) is None
-    assert windowed._shifted_rows(storage[: 4 * 769].float().view(4, 769), 0) is None  # float32 keeps its loads
-    assert windowed._shifted_rows(storage[: 8 * 500].view(4, 1000)[:, ::2], 0) is None  # column stride 2
+def test_forward_steps_of_rows_off_16_bytes():
+    """Chunks the compiler cannot prove 16-byte aligned are loaded element by element, with their own
+    long-run steps: half types pipelined with two groups per dot, float32 as one unpipelined dot of
+    four groups; short runs and aligned rows keep the aligned steps."""
+    assert windowed._aligned_chunks(torch.zeros(4, 768, dtype=BF16), 0)
     for x, offset in [
-        (storage[: 16 * 769].view(16, 769), 0),  # odd rows
-        (storage[: 16 * 768].view(16, 768), 5),  # a column offset
-        (storage[: 16 * 784].view(16, 784)[:, :770], 0),  # a ragged width on aligned rows
-        (storage[3 : 3 + 16 * 766].view(16, 766), 0),  # a start 6 bytes past 16
+        (torch.zeros(4, 769, dtype=BF16), 0),  # width
+        (torch.zeros(4, 784, dtype=BF16)[:, :768], 5),  # column offset
+        (torch.zeros(4, 784, dtype=BF16)[:, 1:], 0),  # start and width
+        (torch.zeros(4, 800, dtype=BF16)[:, ::2], 0),  # column stride
     ]:
-        flat, origin, vectors, period = windowed._shifted_rows(x, offset)
-        assert flat.dtype == x.dtype and (flat.data_ptr() - storage.data_ptr()) % 16 == 0
-        assert flat.data_ptr() + 2 * origin == x.data_ptr() and 0 <= origin < 8
-        end = storage.untyped_storage().nbytes() - (flat.data_ptr() - storage.data_ptr())  # bytes from the view
-        assert (vectors - 1) * 16 < end <= vectors * 16  # the last vector, partial or not, is covered
-        # rows m and m + period start equally far past 16 bytes, and no shorter period does that
-        past = [(x[m].data_ptr() - 2 * offset) % 16 for m in range(16)]
-        assert period == min(p for p in (1, 2, 4, 8) if all(past[m] == past[m % p] for m in range(16)))
+        assert not windowed._aligned_chunks(x, offset)
+    long = 10**6
+    assert windowed._forward_steps(BF16, long, False) == (2, 1, 1, True)
+    assert windowed._forward_steps(F32, long, False) == (4, 1, 1, False)
+    assert windowed._forward_steps(BF16, long, True) == (4, 1, 1, True)
+    assert windowed._forward_steps(F32, long, True) == (2, 1, 1, True)
+    for dtype in (BF16, F32):
+        assert windowed._forward_steps(dtype, 1, False) == windowed._forward_steps(dtype, 1, True)
 
 
-@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("dtype", [BF16, F16, F32])
 @pytest.mark.parametrize(
-    "n, d, k, row_pad, offset, view_start",
+    "n, d, k, row_pad, offset, view_start, steps",
     [
-        (70, 37, 256, 0, 0, 0),  # odd rows: every shift 0-7 in turn
-        (40, 100, 512, 3, 5, 1),  # padded rows, a column offset and a start off 16 bytes
-        (66, 161, 1000, 0, 2**33 + 21, 3),  # folded k, an offset above 2^32
-        (65, 48, 2048, 0, 0, 2),  # aligned widths at a misaligned start; two bands
-        (300, 37, 128, 0, 0, 0),  # several row tiles per residue class
-        (1100, 21, 256, 0, 3, 0),  # residue classes of 138 rows: 128-row programs
+        (70, 37, 256, 0, 0, 0, None),  # odd rows
+        (40, 100, 512, 3, 5, 1, None),  # padded rows, a column offset and a start off 16 bytes
+        (66, 161, 1000, 0, 2**33 + 21, 3, None),  # folded k, an offset above 2^32
+        (65, 48, 2048, 0, 0, 2, None),  # aligned widths at a misaligned start; two bands
+        (70, 1203, 512, 0, 0, 0, (2, 1)),  # the long runs' steps: two groups pipelined (half types)
+        (70, 1203, 512, 0, 0, 0, (4, 1)),  # four groups unpipelined (float32)
     ],
 )
-def test_forward_reads_rows_off_16_bytes_as_shifted_vectors(
-    kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start
-):
-    """Half-type rows that do not start on 16 bytes are read, by programs over rows of one residue
-    class, as the aligned vectors around them and shifted into place (``windowed._shifted_rows``):
-    the result matches the reference, and a NaN stays in its own row although its vector is also
-    read for the neighbouring rows' chunks."""
+def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start, steps):
+    """Rows whose start, width, stride or column offset is off 16 bytes are loaded element by element
+    (``windowed._aligned_chunks``): the result matches the reference, with the steps long runs of
+    such rows take, and a NaN stays in its own row."""
     storage = torch.randn(view_start + n * (d + row_pad) + 5, generator=rng).to(dtype).to(kernel_device)
     x = storage[view_start : view_start + n * (d + row_pad)].view(n, d + row_pad)[:, :d]
     x[1, d // 2] = float("nan")
     x[2, d - 1] = float("nan")
-    assert windowed._shifted_rows(x, offset) is not None
+    assert not windowed._aligned_chunks(x, offset)
     nnz = spec.default_nnz(k)
-    got = layouts.triton_forward(x, k, *_key(7), nnz, offset).double().cpu()
+    if steps is None:
+        got = layouts.triton_forward(x, k, *_key(7), nnz, offset)
+    else:
+        tiling = Tiling(
+            splits=2, steps=steps, pipelined=steps == (2, 1), blocks=(16 if kernel_device == "cpu" else 64,)
+        )
+        got = windowed.forward(x, k, *_key(7), nnz, offset, tiling)
+    got = got.double().cpu()
     want = reference.sparse_jl_forward(x.double().cpu(), k, seed=7, nnz=nnz, column_offset=offset)
     finite = torch.isfinite(want).all(1)
     assert torch.equal(torch.isfinite(got).all(1), finite) and not finite[1] and not finite[2]
@@ -570,8 +570,7 @@ def test_algorithm_rule(monkeypatch):
     assert pick(2**20, 1024, 1024, torch.bfloat16) == choice.KERNEL
     assert pick(2**20, 1024, 256, torch.float64) == choice.KERNEL
     # half-type rows off 16 bytes, which cuBLAS reads and writes slowly: the forward's input rows
-    # (the kernel shifts them) and the transpose's output rows; the transpose's y rows are padded by
-    # the dense algorithm itself
+    # and the transpose's output rows; the transpose's y rows are padded by the dense algorithm itself
     assert choice._rule(_FakeCuda(2**20, 769, torch.bfloat16), 769, 256) == choice.KERNEL
     assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16, row_stride=771), 768, 256) == choice.KERNEL
     assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16, start=2), 768, 256) == choice.KERNEL

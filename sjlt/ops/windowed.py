@@ -157,7 +157,7 @@ def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
     return max(16, min(rows, (32 if float32_transpose else 64) * 256 // width))
 
 
-def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, int, int, bool]:
+def _forward_steps(dtype: torch.dtype, groups_per_program: int, aligned: bool = True) -> tuple[int, int, int, bool]:
     """(groups per dot, dots per loop step, pipeline stages, pipelined) of the forward, whose
     programs own at most 8 blocks (one band). H100 sweep (``python benchmarks/sweep_windowed.py
     --pipelined``, benchmarks/RESULTS.md): each step's loads issued a step ahead in registers
@@ -166,20 +166,22 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int) -> tuple[int, in
     at 128 groups they gain 1.05-1.06x once pipelining brings 128-row programs (:func:`_wide_rows`);
     float32 with two groups per dot gains 1.00-1.26x from 16 groups on (1.22-1.26x at d = 2**17 and
     beyond), and below that (d = k = 1024) runs best as two unpipelined one-group dots with
-    Triton's three-stage pipeline."""
+    Triton's three-stage pipeline.
+
+    Chunks the compiler cannot prove 16-byte aligned (not ``aligned``: :func:`_aligned_chunks`) are
+    loaded element by element, and long runs take other steps, in 64-row programs. H100 sweep
+    (benchmarks/NOTES.md, "Any d", element loads): half types pipelined with two groups per dot run
+    1.34-1.43x the aligned call (four groups, pipelined and 128 rows as for aligned rows: 3.9-4.6x;
+    the shifted aligned vectors this replaced: 1.9-2.1x); float32 as one unpipelined dot of four
+    groups 1.12-1.42x (its aligned steps 1.32-1.42x)."""
     if dtype != torch.float32:
-        return 4, 1, 1, groups_per_program >= _HALF_PIPELINED_GROUPS
+        pipelined = groups_per_program >= _HALF_PIPELINED_GROUPS
+        return (4 if aligned or not pipelined else 2), 1, 1, pipelined
     if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
-        return 2, 1, 1, True
+        return (2, 1, 1, True) if aligned else (4, 1, 1, False)
     return 1, 2, 3, False
 
 
-#: The forward's steps and rows over shifted rows (:func:`_shifted_rows`): two unpipelined dots of
-#: two groups, 128-row programs where a residue class has that many rows. Each step holds two
-#: vectors per 16 bytes of X; H100 sweep, bfloat16 (benchmarks/NOTES.md, "Any d"): 1.7-2.1x the
-#: aligned call against 2.2-2.5x with 64 rows, and 2.0-9x pipelined or with 8 warps.
-_SHIFTED_STEPS = (2, 2, 1, False)
-_SHIFTED_ROWS = 128
 #: Groups per program from which the half-type forward pipelines its steps.
 _HALF_PIPELINED_GROUPS = 128
 #: Groups per program from which the float32 forward takes pipelined two-group steps.
@@ -415,19 +417,17 @@ def _grid(
     bands: int = 1,
     input_bytes: int | None = None,
     per_sm: int = 8,
-    row_period: int = 1,
 ):
     """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
     ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
     (n, k) partials to be summed; ``bands``: programs per (row tile, window); ``input_bytes``:
     the bytes the launch reads (default: x's); ``per_sm``: the programs per SM that the splits
-    aim for; ``row_period``: row tiles hold rows of one residue class mod it (``_program_tile``)."""
+    aim for."""
     summed = out_features is not None
     n = x.shape[0]
     width = _width(nnz)
-    class_rows = math.ceil(n / row_period)
-    block_m = block_m or _block_m(class_rows, width, float32_transpose=not summed and x.dtype == torch.float32)
-    tiles = row_period * math.ceil(class_rows / block_m) * windows * bands
+    block_m = block_m or _block_m(n, width, float32_transpose=not summed and x.dtype == torch.float32)
+    tiles = math.ceil(n / block_m) * windows * bands
     if splits is None:
         # Group splits keep at least 16 groups of work each. 8 programs per SM: the n = 32,
         # d = 2**24 sweep ran 1.4x faster with 32 splits than with 16.
@@ -532,47 +532,6 @@ def _segments(spans, x: torch.Tensor, per_split: int) -> _Segments:
     )
 
 
-class _ShiftedRows(NamedTuple):
-    """The storage view of a forward that reads X's rows as shifted vectors (:func:`_shifted_rows`)."""
-
-    flat: torch.Tensor  #: x's storage from x's start rounded down to 16 bytes
-    origin: int  #: x's element offset from there
-    vectors: int  #: 16-byte vectors up to the storage's end, the last one rounded up
-    period: int  #: rows m and m + period start equally far past 16 bytes
-
-
-def _shifted_rows(x: torch.Tensor, column_offset: int) -> _ShiftedRows | None:
-    """For a half-type forward whose chunks of 16 columns are not provably 16-byte aligned
-    (:func:`_aligned_chunks`), where Triton would load them element by element: the kernel's
-    programs take rows of one residue class mod the period, load whole aligned vectors and shift
-    them into place by the class's offset (SHIFTED). None where chunks are aligned, the storage
-    itself is not 16-byte aligned, or x is not a 2-byte type: float32's element loads ran 1.1-1.5x
-    faster than its shifted vectors (benchmarks/NOTES.md, "Any d")."""
-    size = x.element_size()
-    if size != 2 or x.stride(1) != 1 or _aligned_chunks(x, column_offset):
-        return None
-    start = x.data_ptr()
-    storage = x.untyped_storage()
-    if storage.data_ptr() % 16:
-        return None
-    per_vector = 16 // size
-    origin = start % 16 // size
-    first = x.storage_offset() - origin  # in elements, a multiple of 16 bytes from the storage's start
-    flat = torch.as_strided(x, ((storage.nbytes() - first * size) // size,), (1,), first)
-    vectors = -(-(storage.data_ptr() + storage.nbytes() - (start - origin * size)) // 16)
-    period = per_vector // math.gcd(x.stride(0) % per_vector, per_vector) if x.shape[0] > 1 else 1
-    return _ShiftedRows(flat, origin, vectors, period)
-
-
-def _packs_vectors(block_m: int, groups_per_dot: int, num_warps: int) -> bool:
-    """Whether a shifted forward's X tile ([block_m, 16 * groups_per_dot]) gives each thread at least
-    8 elements: Triton's loads then give each thread whole 16-byte vectors (8 contiguous 2-byte
-    elements), as the shift's PTX needs (``_shift_halves`` takes 8 elements a thread holds next to
-    each other); with fewer, a thread's neighbouring elements belong to different vectors. The
-    default tilings all qualify (16 rows with 2 warps and more)."""
-    return block_m * 16 * groups_per_dot >= 8 * 32 * num_warps
-
-
 def _upload(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``values`` as a tensor on ``device``; to a GPU from pinned memory, asynchronously: a copy
     from pageable memory would make the host wait for the work already queued (the table launch)."""
@@ -628,30 +587,10 @@ def _forward(
             input_bytes,
             _SHUFFLE_PROGRAMS_PER_SM,
         )
-    shifted = None if shuffles or spans is not None else _shifted_rows(x, column_offset)
-    if shifted:
-        class_rows = math.ceil(n / shifted.period)
-        shifted_grid = _grid(
-            x,
-            nnz,
-            groups,
-            tables.windows,
-            tiling.splits,
-            tiling.blocks[0] if tiling.blocks else _SHIFTED_ROWS if class_rows >= _SHIFTED_ROWS else None,
-            out_features,
-            bands,
-            input_bytes,
-            per_sm,
-            shifted.period,
-        )
-        rows = shifted_grid[0]
-        if _packs_vectors(rows, (tiling.steps or _SHIFTED_STEPS)[0], tiling.num_warps or _num_warps(rows)):
-            block_m, width, tiles, splits, per_split = shifted_grid
-        else:  # a tiling override too small for the shift: element loads
-            shifted = None
     if not shuffles:
-        groups_per_dot, unroll, stages, pipelined = _SHIFTED_STEPS if shifted else _forward_steps(x.dtype, per_split)
-        if not tiling.blocks and _wide_rows(x.dtype, n, pipelined):
+        aligned = spans is not None or _aligned_chunks(x, column_offset)  # grouped: the segments' alignment
+        groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
+        if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined):
             block_m, width, tiles, splits, per_split = _grid(
                 x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes, per_sm
             )
@@ -709,9 +648,7 @@ def _forward(
             raise ValueError(f"Tiling(pipelined=True) takes one dot per step, not steps={tiling.steps}")
         sparse_jl_windowed_forward_kernel[(tiles, splits)](
             *arguments,
-            *(shifted or (tables.words, 0, 0, 1)),  # unread without SHIFTED
             **layout,
-            SHIFTED=shifted is not None,
             FP32_PASSES=fp32_passes,
             DOT_DTYPE=dot_type,
             BLOCK_M=block_m,
