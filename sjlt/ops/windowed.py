@@ -169,14 +169,16 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int, aligned: bool = 
     Triton's three-stage pipeline.
 
     Chunks the compiler cannot prove 16-byte aligned (not ``aligned``: :func:`_aligned_chunks`) are
-    loaded element by element, and long runs take other steps, in 64-row programs. H100 sweep
-    (benchmarks/NOTES.md, "Any d", element loads): half types pipelined with two groups per dot run
-    1.34-1.43x the aligned call (four groups, pipelined and 128 rows as for aligned rows: 3.9-4.6x;
-    the shifted aligned vectors this replaced: 1.9-2.1x); float32 as one unpipelined dot of four
-    groups 1.12-1.42x (its aligned steps 1.32-1.42x)."""
+    loaded element by element and take other steps, in 64-row programs. H100 sweeps
+    (benchmarks/NOTES.md, "Any d", element loads): half types pipelined with two groups per dot,
+    for long and short runs alike, run 0.4-1.43x the aligned call (four groups, pipelined and 128
+    rows as for aligned rows: 3.9-4.6x; unpipelined at short runs up to 1.86x; the shifted aligned
+    vectors this replaced: 1.9-2.1x); float32 long runs as one unpipelined dot of four groups
+    1.12-1.42x (its aligned steps 1.32-1.42x)."""
     if dtype != torch.float32:
-        pipelined = groups_per_program >= _HALF_PIPELINED_GROUPS
-        return (4 if aligned or not pipelined else 2), 1, 1, pipelined
+        if not aligned:
+            return 2, 1, 1, True
+        return 4, 1, 1, groups_per_program >= _HALF_PIPELINED_GROUPS
     if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
         return (2, 1, 1, True) if aligned else (4, 1, 1, False)
     return 1, 2, 3, False
