@@ -90,8 +90,8 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool 
 
 def _aligned_rows(x: torch.Tensor) -> bool:
     """Whether the forward's input rows start 16-byte aligned, as cuBLAS's fast kernels need: rows
-    off it ran the dense algorithm 1.7x slower than the kernel's shifted loads (H100, bfloat16
-    2^20 x 769 -> 256: 3.46 against 2.01 ms; benchmarks/NOTES.md, "Any d")."""
+    off it ran the dense algorithm 2.7x slower than the kernel's element loads (H100, bfloat16
+    2^20 x 769 -> 256: 3.46 against 1.26 ms; benchmarks/NOTES.md, "Any d")."""
     return x.data_ptr() % 16 == 0 and (x.shape[0] == 1 or x.stride(0) * x.element_size() % 16 == 0)
 
 
