@@ -171,8 +171,8 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int, aligned: bool = 
     Chunks the compiler cannot prove 16-byte aligned (not ``aligned``: :func:`_aligned_chunks`) are
     loaded element by element and take other steps, in 64-row programs. H100 sweeps
     (benchmarks/NOTES.md, "Any d", element loads): half types pipelined with two groups per dot,
-    for long and short runs alike, run 0.4-1.43x the aligned call (four groups, pipelined and 128
-    rows as for aligned rows: 3.9-4.6x; unpipelined at short runs up to 1.86x; the shifted aligned
+    for long and short runs alike, run at most 1.43x the kernel on aligned rows (four groups,
+    pipelined and 128 rows as for aligned rows: 3.9-4.6x; unpipelined at short runs up to 1.86x; the shifted aligned
     vectors this replaced: 1.9-2.1x); float32 long runs as one unpipelined dot of four groups
     1.12-1.42x (its aligned steps 1.32-1.42x)."""
     if dtype != torch.float32:
@@ -590,7 +590,8 @@ def _forward(
             _SHUFFLE_PROGRAMS_PER_SM,
         )
     if not shuffles:
-        aligned = spans is not None or _aligned_chunks(x, column_offset)  # grouped: the segments' alignment
+        # a grouped launch keeps the aligned steps: its misaligned segments were not measured
+        aligned = spans is not None or _aligned_chunks(x, column_offset)
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
         if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined):
             block_m, width, tiles, splits, per_split = _grid(
