@@ -23,7 +23,8 @@ Each step is split into its loads (``_step_chunks``, ``_step_words``, ``_load_ch
 tile build (``_stacked_tile``), so that the pipelined loops issue a step's loads one or two steps
 ahead, in registers (design 8). For exact float32 with a single 32-row tile, where a tile would
 serve too few rows to pay for its build, ``sparse_jl_windowed_shuffle_forward_kernel`` computes the
-same forward on the CUDA cores, permuting each chunk's columns with warp shuffles (design 9). For
+same forward on the CUDA cores, permuting each chunk's columns with warp shuffles (design 9; one
+shuffle per element and band since its accumulators follow the chunks' slopes). For
 half types with short runs on Hopper, ``sparse_jl_windowed_gluon.py`` computes the forward in Gluon,
 with the tile as the tensor cores' register operand (design 11).
 
@@ -1043,13 +1044,74 @@ def _block_word(base, t: tl.constexpr, band, NNZ: tl.constexpr, BLOCKS: tl.const
 
 
 @triton.jit
-def _shuffle_term(acc, x, word, t: tl.constexpr, lanes, zeros_m, BLOCKS: tl.constexpr):
-    """acc + the chunk's terms in block t of the band (if the band has it): column u of the window
-    takes sign * x[:, u XOR m], a permutation within each row's 16 lanes (warp shuffles:
-    ``tl.gather`` along a warp-local axis)."""
+def _slope(word0, word1, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
+    """a_c of a chunk from its words in the band's first two blocks, whose masks differ by a_c * 1
+    (docs/spec.md 2b: the blocks' t mod 16 are 2j and 2j + 1); 0 for a band of one block, where any
+    frame serves."""
+    slope = tl.zeros_like(word0)
+    if BLOCKS > 1:
+        slope = tl.where(band * BLOCKS + 1 < NNZ, (word0 ^ word1) & (WINDOW - 1), 0)
+    return slope
+
+
+@triton.jit
+def _band_times(a, t: tl.constexpr, band, BLOCKS: tl.constexpr):
+    """a * (T mod 16) in GF(16) for block T = band * BLOCKS + t; GF(16) addition is XOR, and
+    band * BLOCKS mod 16 is 0 or 8 (BLOCKS = 8) or a multiple of BLOCKS < 8 with one band."""
+    return _gf16_times(a, t) ^ tl.where((band * BLOCKS) % 16 == 8, _gf16_times(a, 8), 0)
+
+
+@triton.jit
+def _sort_slots(
+    slots_ptr,
+    rotations_ptr,
+    words_ptr,
+    first,
+    g_end,
+    window,
+    windows,
+    band,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BANDS: tl.constexpr,
+    SLOTS: tl.constexpr,
+):
+    """Write the table chunks at ``window`` of groups [first, min(first + SLOTS, g_end)) to
+    ``slots_ptr``, ordered by slope a_c (stably), and return how many there are."""
+    groups = first + tl.arange(0, SLOTS)
+    valid = groups < g_end
+    chunk = _window_chunk(rotations_ptr, tl.minimum(groups, g_end - 1), window, windows, band, BANDS)
+    base = words_ptr + chunk * NNZ + band * BLOCKS
+    word0 = tl.load(base, mask=valid, other=0)
+    word1 = word0
+    if BLOCKS > 1:
+        word1 = tl.load(base + 1, mask=valid & (groups * 0 + band * BLOCKS + 1 < NNZ), other=0)
+    key = tl.where(valid, _slope(word0, word1, band, NNZ, BLOCKS), WINDOW)  # past the end: none
+    rank = tl.zeros_like(key)
+    start = 0
+    for slope in tl.static_range(WINDOW):  # a class at a time: [SLOTS] vectors, few registers
+        member = (key == slope).to(tl.int32)
+        rank += member * (start + tl.cumsum(member, 0) - 1)
+        start += tl.sum(member, 0)
+    tl.store(slots_ptr + rank, chunk.to(tl.int32), mask=valid)
+    return tl.minimum(g_end - first, SLOTS)
+
+
+@triton.jit
+def _reframe(acc, slopes, t: tl.constexpr, band, lanes, zeros_m, BLOCKS: tl.constexpr):
+    """Block t's accumulator moved from one frame to another (``_shuffle_run``): ``slopes`` is the
+    XOR of the two frames' slopes."""
     if t < BLOCKS:
-        source = lanes ^ (word & (WINDOW - 1))
-        moved = tl.gather(x, source[None, :] + zeros_m[:, None], 1)
+        source = lanes ^ _band_times(slopes, t, band, BLOCKS)
+        acc = tl.gather(acc, source[None, :] + zeros_m[:, None], 1)
+    return acc
+
+
+@triton.jit
+def _shuffle_term(acc, moved, word, source, t: tl.constexpr, BLOCKS: tl.constexpr):
+    """acc + the chunk's signed terms in block t of the band (if the band has it): ``moved`` holds
+    chunk column ``source`` in each lane, its sign bit 16 + source of the block's word."""
+    if t < BLOCKS:
         negative = (word >> (16 + source)) & 1
         acc = acc + moved.to(tl.float32) * tl.where(negative != 0, -1.0, 1.0)[None, :]
     return acc
@@ -1113,6 +1175,7 @@ def _shuffle_run(
     a5,
     a6,
     a7,
+    frame,
     x_ptr,
     g_begin,
     g_end,
@@ -1122,6 +1185,7 @@ def _shuffle_run(
     stride_xd,
     words_ptr,
     rotations_ptr,
+    slots_ptr,
     window,
     windows,
     band,
@@ -1133,31 +1197,61 @@ def _shuffle_run(
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
+    SLOTS: tl.constexpr,
 ):
     """The eight block accumulators plus the terms of groups [g_begin, g_end) of x (see the
-    CUDA-core forward kernel). Loads run two groups ahead (chunk and words; the chunk index three):
-    one group ahead left the loop waiting on them (benchmarks/NOTES.md, "Grouped launches")."""
-    last = g_end - 1
+    CUDA-core forward kernel), and the frame they end in.
+
+    Frames: chunk c's column i lands on lane i XOR m_(c,T) of its window in block T, with
+    m_(c,T) = a_c * (T mod 16) XOR b_c. The accumulators are kept in the frame of a slope f: block
+    T's lane j holds output lane j XOR f * (T mod 16). In the frame f = a_c every block of the band
+    takes column j XOR b_c' into lane j, b_c' = m_(c,T) XOR a_c * (T mod 16) being the same for every
+    T, so one warp shuffle per element moves the chunk for all the band's blocks, where each block
+    would need its own. The groups are visited SLOTS at a time, sorted by slope (``_sort_slots``),
+    so the frame changes (a shuffle of every accumulator) at most 16 times per SLOTS groups.
+    Loads run two slots ahead (chunk and words; the chunk index three): one group ahead left the
+    loop waiting on them (benchmarks/NOTES.md, "Grouped launches")."""
     fetch = (windows, band, group_base, column_offset, d, offs_m, mask_m, lanes, stride_xm, stride_xd, NNZ, BLOCKS)
-    chunk = _window_chunk(rotations_ptr, g_begin, window, windows, band, BANDS)
-    x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(x_ptr, words_ptr, chunk, g_begin, g_end, *fetch)
-    chunk = _window_chunk(rotations_ptr, tl.minimum(g_begin + 1, last), window, windows, band, BANDS)
-    x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(x_ptr, words_ptr, chunk, g_begin + 1, g_end, *fetch)
-    chunk = _window_chunk(rotations_ptr, tl.minimum(g_begin + 2, last), window, windows, band, BANDS)
-    for group in range(g_begin, g_end):
-        x_2, u0, u1, u2, u3, u4, u5, u6, u7 = _shuffle_fetch(x_ptr, words_ptr, chunk, group + 2, g_end, *fetch)
-        chunk = _window_chunk(rotations_ptr, tl.minimum(group + 3, last), window, windows, band, BANDS)
-        a0 = _shuffle_term(a0, x, w0, 0, lanes, zeros_m, BLOCKS)
-        a1 = _shuffle_term(a1, x, w1, 1, lanes, zeros_m, BLOCKS)
-        a2 = _shuffle_term(a2, x, w2, 2, lanes, zeros_m, BLOCKS)
-        a3 = _shuffle_term(a3, x, w3, 3, lanes, zeros_m, BLOCKS)
-        a4 = _shuffle_term(a4, x, w4, 4, lanes, zeros_m, BLOCKS)
-        a5 = _shuffle_term(a5, x, w5, 5, lanes, zeros_m, BLOCKS)
-        a6 = _shuffle_term(a6, x, w6, 6, lanes, zeros_m, BLOCKS)
-        a7 = _shuffle_term(a7, x, w7, 7, lanes, zeros_m, BLOCKS)
-        x, w0, w1, w2, w3, w4, w5, w6, w7 = x_1, v0, v1, v2, v3, v4, v5, v6, v7
-        x_1, v0, v1, v2, v3, v4, v5, v6, v7 = x_2, u0, u1, u2, u3, u4, u5, u6, u7
-    return a0, a1, a2, a3, a4, a5, a6, a7
+    for first in range(g_begin, g_end, SLOTS):
+        tl.debug_barrier()  # the previous window's slots are read
+        count = _sort_slots(
+            slots_ptr, rotations_ptr, words_ptr, first, g_end, window, windows, band, NNZ, BLOCKS, BANDS, SLOTS
+        )
+        tl.debug_barrier()  # the slots are written
+        last = count - 1
+        chunk = tl.load(slots_ptr).to(tl.int64)
+        x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(x_ptr, words_ptr, chunk, 0, count, *fetch)
+        chunk = tl.load(slots_ptr + tl.minimum(1, last)).to(tl.int64)
+        x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(x_ptr, words_ptr, chunk, 1, count, *fetch)
+        chunk = tl.load(slots_ptr + tl.minimum(2, last)).to(tl.int64)
+        for slot in range(0, count):
+            x_2, u0, u1, u2, u3, u4, u5, u6, u7 = _shuffle_fetch(x_ptr, words_ptr, chunk, slot + 2, count, *fetch)
+            chunk = tl.load(slots_ptr + tl.minimum(slot + 3, last)).to(tl.int64)
+            slope = _slope(w0, w1, band, NNZ, BLOCKS)
+            if slope != frame:
+                moves = slope ^ frame
+                a0 = _reframe(a0, moves, 0, band, lanes, zeros_m, BLOCKS)
+                a1 = _reframe(a1, moves, 1, band, lanes, zeros_m, BLOCKS)
+                a2 = _reframe(a2, moves, 2, band, lanes, zeros_m, BLOCKS)
+                a3 = _reframe(a3, moves, 3, band, lanes, zeros_m, BLOCKS)
+                a4 = _reframe(a4, moves, 4, band, lanes, zeros_m, BLOCKS)
+                a5 = _reframe(a5, moves, 5, band, lanes, zeros_m, BLOCKS)
+                a6 = _reframe(a6, moves, 6, band, lanes, zeros_m, BLOCKS)
+                a7 = _reframe(a7, moves, 7, band, lanes, zeros_m, BLOCKS)
+                frame = slope
+            source = lanes ^ (w0 & (WINDOW - 1)) ^ _band_times(slope, 0, band, BLOCKS)
+            moved = tl.gather(x, source[None, :] + zeros_m[:, None], 1)
+            a0 = _shuffle_term(a0, moved, w0, source, 0, BLOCKS)
+            a1 = _shuffle_term(a1, moved, w1, source, 1, BLOCKS)
+            a2 = _shuffle_term(a2, moved, w2, source, 2, BLOCKS)
+            a3 = _shuffle_term(a3, moved, w3, source, 3, BLOCKS)
+            a4 = _shuffle_term(a4, moved, w4, source, 4, BLOCKS)
+            a5 = _shuffle_term(a5, moved, w5, source, 5, BLOCKS)
+            a6 = _shuffle_term(a6, moved, w6, source, 6, BLOCKS)
+            a7 = _shuffle_term(a7, moved, w7, source, 7, BLOCKS)
+            x, w0, w1, w2, w3, w4, w5, w6, w7 = x_1, v0, v1, v2, v3, v4, v5, v6, v7
+            x_1, v0, v1, v2, v3, v4, v5, v6, v7 = x_2, u0, u1, u2, u3, u4, u5, u6, u7
+    return a0, a1, a2, a3, a4, a5, a6, a7, frame
 
 
 @triton.jit
@@ -1169,6 +1263,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     spill_ptr,
     segments_ptr,
     split_segments_ptr,
+    slots_ptr,
     n,
     d,
     column_offset,
@@ -1190,17 +1285,19 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     SEGMENTS: tl.constexpr,
     SEGMENT_MULTIPLE: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    SLOTS: tl.constexpr,
 ):
     """The forward's output as ``sparse_jl_windowed_forward_kernel`` writes it (same grid, same
-    splits and segments), on the CUDA cores. A block's signed-permutation tile only moves and signs a chunk's 16
-    columns, so a program loads each chunk once, in order, and for every block of its band adds
-    sign * x[:, u XOR m] to that block's 16 accumulator columns, moving the values between the lanes
-    that hold a row with warp shuffles. No tile is built and no dot taken: the work per input
-    element (8 shuffles and multiply-adds per band) does not depend on the rows per program, where
-    the tile kernel's tile build serves only BLOCK_M rows; and float32 sums are exact float32
-    additions, with no three-way split and no truncating tensor-core accumulator. Per step one
-    group, pipelined in registers: the chunk and words two steps ahead, the chunk index three.
-    Loading X's columns in permuted order instead ran 10-35x slower (benchmarks/NOTES.md)."""
+    splits and segments), on the CUDA cores. A block's signed-permutation tile only moves and signs
+    a chunk's 16 columns, so a program loads each chunk once and for every block of its band adds
+    sign * x[:, i] to lane i XOR m of that block's 16 accumulator columns, moving the values between
+    the lanes that hold a row with warp shuffles: one per element for the whole band, the
+    accumulators being kept in the frame of the chunk's slope (``_shuffle_run``). No tile is built
+    and no dot taken: the work per input element (a shuffle and 8 multiply-adds per band) does not
+    depend on the rows per program, where the tile kernel's tile build serves only BLOCK_M rows;
+    and float32 sums are exact float32 additions, with no three-way split and no truncating
+    tensor-core accumulator. ``slots_ptr``: SLOTS int32 of scratch per program. Loading X's columns
+    in permuted order instead ran 10-35x slower (benchmarks/NOTES.md)."""
     window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
     lanes = tl.arange(0, WINDOW)
     zeros_m = tl.zeros_like(offs_m).to(tl.int32)
@@ -1212,14 +1309,16 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     a5 = a0
     a6 = a0
     a7 = a0
-    accs = (a0, a1, a2, a3, a4, a5, a6, a7)
-    run = (words_ptr, rotations_ptr, window, windows, band, group_base, offs_m, mask_m, lanes, zeros_m)
+    frame = tl.zeros((), dtype=tl.int32)
+    accs = (a0, a1, a2, a3, a4, a5, a6, a7, frame)
+    slots_ptr += (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * SLOTS
+    run = (words_ptr, rotations_ptr, slots_ptr, window, windows, band, group_base, offs_m, mask_m, lanes, zeros_m)
     if SEGMENTS:
         for segment in range(tl.load(split_segments_ptr + pid_s), tl.load(split_segments_ptr + pid_s + 1)):
             x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(
                 segments_ptr, segment, x_ptr, SEGMENT_MULTIPLE
             )
-            a0, a1, a2, a3, a4, a5, a6, a7 = _shuffle_run(
+            a0, a1, a2, a3, a4, a5, a6, a7, frame = _shuffle_run(
                 a0,
                 a1,
                 a2,
@@ -1228,6 +1327,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
                 a5,
                 a6,
                 a7,
+                frame,
                 x_seg,
                 g_begin,
                 g_end,
@@ -1239,13 +1339,23 @@ def sparse_jl_windowed_shuffle_forward_kernel(
                 NNZ,
                 BLOCKS,
                 BANDS,
+                SLOTS,
             )
     else:
         g_begin = pid_s * groups_per_split
         g_end = tl.minimum(g_begin + groups_per_split, groups)
-        a0, a1, a2, a3, a4, a5, a6, a7 = _shuffle_run(
-            *accs, x_ptr, g_begin, g_end, d, column_offset, stride_xm, stride_xd, *run, NNZ, BLOCKS, BANDS
+        a0, a1, a2, a3, a4, a5, a6, a7, frame = _shuffle_run(
+            *accs, x_ptr, g_begin, g_end, d, column_offset, stride_xm, stride_xd, *run, NNZ, BLOCKS, BANDS, SLOTS
         )
+    # back to the natural frame (slope 0)
+    a0 = _reframe(a0, frame, 0, band, lanes, zeros_m, BLOCKS)
+    a1 = _reframe(a1, frame, 1, band, lanes, zeros_m, BLOCKS)
+    a2 = _reframe(a2, frame, 2, band, lanes, zeros_m, BLOCKS)
+    a3 = _reframe(a3, frame, 3, band, lanes, zeros_m, BLOCKS)
+    a4 = _reframe(a4, frame, 4, band, lanes, zeros_m, BLOCKS)
+    a5 = _reframe(a5, frame, 5, band, lanes, zeros_m, BLOCKS)
+    a6 = _reframe(a6, frame, 6, band, lanes, zeros_m, BLOCKS)
+    a7 = _reframe(a7, frame, 7, band, lanes, zeros_m, BLOCKS)
     # eight accumulators and stores, one per block: Triton has no arrays of tensors
     tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features)
     tile = tile + (stride_om, stride_ok, stride_split)

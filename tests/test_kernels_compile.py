@@ -241,10 +241,11 @@ def _variants():
             if (dtype == "fp32" and passes == 3 and block_m in (32, 16)) or (dtype != "fp32" and block_m == 16):
                 yield (
                     "sparse_jl_windowed_shuffle_forward_kernel",
-                    forward_signature,
+                    forward_signature | {"slots_ptr": "*i32"},
                     {key: const[key] for key in ("NNZ", "BLOCKS", "BANDS", "FOLDS", "BLOCK_M")}
                     | {key: const[key] for key in ("windows", "groups_per_split", "scale") if key in const}
-                    | _segments(nnz, block_m),
+                    | _segments(nnz, block_m)
+                    | {"SLOTS": windowed._SHUFFLE_SLOTS},
                 )
             # The transpose: one launch for one band, or for two (PAIRED) where runs are long; else
             # band passes that store, then add to float32 sums (a half type's workspace until the

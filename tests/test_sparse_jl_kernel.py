@@ -237,6 +237,42 @@ def test_windowed_shuffle_forward_matches_reference(kernel_device, rng, k, nnz, 
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize(
+    *grid(
+        {
+            "k,nnz,splits,grouped,dtype": [
+                (288, 9, 1, False, F32),
+                (1024, 16, 2, False, BF16),
+                (1024, 16, 2, True, F32),
+                (96, 3, 3, True, F16),
+            ]
+        },
+        fast=[
+            {"k,nnz,splits,grouped,dtype": (288, 9, 1, False, F32)},
+            {"k,nnz,splits,grouped,dtype": (1024, 16, 2, True, F32)},
+        ],
+    )
+)
+def test_shuffle_forward_sorts_runs_longer_than_its_slots(
+    kernel_device, rng, monkeypatch, k, nnz, splits, grouped, dtype
+):
+    """The CUDA-core forward visits a program's groups a few slots at a time in order of their slope,
+    moving its accumulators between frames (``_shuffle_run``). With 8 slots, runs of 10-38 groups
+    take several sorts and many frames: splits that end mid-sort, grouped blocks whose segments
+    start mid-sort, two bands, and a band of one block (nnz 9: any frame serves it)."""
+    monkeypatch.setattr(windowed, "_SHUFFLE_SLOTS", 8)
+    n, offset, seed = 7, 2**33 + 9, 2**62 + 7
+    tiling = Tiling(splits=splits, shuffle=True, blocks=(16,))
+    if grouped:
+        blocks, x = _blocks_side_by_side(rng, n, (300, 517, 386), dtype, kernel_device)
+        got = windowed.forward_blocks(blocks, k, *_key(seed), nnz, offset, tiling)
+    else:
+        x = torch.randn(n, 1203, generator=rng).to(dtype)
+        got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, tiling)
+    want = reference.sparse_jl_forward(x.double().cpu(), k, seed=seed, nnz=nnz, column_offset=offset)
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize(*grid({"dtype": [BF16, F16]}, fast=[{"dtype": BF16}]))
 def test_wide_row_forward_matches_reference(kernel_device, rng, dtype):
     """128-row pipelined programs (half types, long runs): a partial second row tile, splits."""

@@ -490,6 +490,11 @@ def forward_blocks(
 #: 1.0-1.2x faster than with 8, and 1.12-1.47x in all against the previous kernel (8 per SM, one
 #: group ahead, two warps at n = 32 and k = 8192).
 _SHUFFLE_PROGRAMS_PER_SM = 64
+#: Groups the CUDA-core forward sorts by slope at a time (``_shuffle_run``), each program's scratch
+#: of int32 chunk indices: about 16 frame changes per sort. H100 (benchmarks/NOTES.md, "Grouped
+#: launches"): 64 keeps the previous kernel's 168 registers at 16 rows; 256 sorted in one [256, 16]
+#: one-hot took 253 and ran no faster than before.
+_SHUFFLE_SLOTS = 64
 #: Programs per SM that a grouped launch's splits aim for. H100, GPT-2 small's 148 gradients
 #: (benchmarks/NOTES.md, "Grouped launches"): n = 16 float32 ran 1.25-1.4x faster with 32-64 than
 #: with 8 (k = 2048: 14.8 -> 10.7 ms; 8192: 13.3 -> 10.6), bfloat16 1.02-1.2x, n = 32 1.0-1.23x;
@@ -637,10 +642,14 @@ def _forward(
         SEGMENT_MULTIPLE=segments.multiple,
     )
     if shuffles:
+        slots = torch.empty(tiles * splits * _SHUFFLE_SLOTS, dtype=torch.int32, device=x.device)
         sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
-            *arguments,
+            *arguments[:7],
+            slots,
+            *arguments[7:],
             **layout,
             BLOCK_M=block_m,
+            SLOTS=_SHUFFLE_SLOTS,
             num_warps=tiling.num_warps or 1,
             num_stages=1,
         )
