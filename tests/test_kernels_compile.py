@@ -237,8 +237,8 @@ def _variants():
                         **_segments(nnz, block_m),
                     },
                 )
-            # the CUDA-core forward (_shuffles): exact float32 to 32 rows, half types to 16
-            if (dtype == "fp32" and passes == 3 and block_m in (32, 16)) or (dtype != "fp32" and block_m == 16):
+            # the CUDA-core forward (_shuffles): exact float32 and half types to 32 rows
+            if (dtype != "fp32" or passes == 3) and block_m in (32, 16):
                 yield (
                     "sparse_jl_windowed_shuffle_forward_kernel",
                     forward_signature | {"slots_ptr": "*i32"},

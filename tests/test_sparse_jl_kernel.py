@@ -299,13 +299,13 @@ def test_wide_rows_rule():
 
 
 def test_shuffle_forward_rule():
-    """Exact float32 with at most 32 rows, half types with at most 16, and runs of 240 groups or
-    more only."""
+    """Exact float32 and half types with at most 32 rows, and runs of 240 groups or more only."""
     rule = windowed._shuffles
     assert rule(torch.float32, 3, 32, 240) and rule(torch.float32, 3, 17, 10**6) and rule(torch.float32, 3, 1, 240)
     assert not rule(torch.float32, 3, 32, 239) and not rule(torch.float32, 3, 16, 239)
     assert not rule(torch.float32, 3, 33, 10**6) and not rule(torch.float32, 2, 32, 10**6)
-    assert not rule(torch.bfloat16, 0, 32, 10**6) and not rule(torch.float16, 0, 17, 10**6)
+    assert not rule(torch.bfloat16, 0, 33, 10**6) and not rule(torch.float16, 0, 33, 10**6)
+    assert rule(torch.bfloat16, 0, 32, 240) and rule(torch.float16, 0, 17, 10**6)
     assert rule(torch.bfloat16, 0, 16, 240) and rule(torch.float16, 0, 1, 10**6)
     assert not rule(torch.bfloat16, 0, 16, 239) and not rule(torch.float32, 1, 16, 10**6)
 

@@ -234,23 +234,22 @@ _WIDE_ROWS = 128
 
 def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: int) -> bool:
     """Whether the forward runs on the CUDA cores (``sparse_jl_windowed_shuffle_forward_kernel``):
-    exact float32 with one row tile (n <= 32), or a half type with at most 16 rows
-    (:data:`_SHUFFLE_MAX_ROWS`), and long runs of groups. H100 (benchmarks/RESULTS.md,
-    "The forward on the CUDA cores" and "Few rows on the CUDA cores"): at n = 32, d = 2**24 it takes
-    2.51 ms against the tile kernel's 3.16 (whose tile build serves only 32 rows there), and with
-    n = 1-16 (16-row programs) it is 1.33-1.67x faster than the tile kernel on every shape measured
-    (241-1986 groups per program); with more rows it is 1.0-1.4x slower than the tile kernel in
-    float32, and in bfloat16 (one tensor-core pass, no split) 1.2-2.3x slower. Short runs are
-    launch-bound and stay on the tile kernel."""
+    exact float32 or a half type with one row tile (n <= 32, :data:`_SHUFFLE_MAX_ROWS`), and long
+    runs of groups. H100 (benchmarks/RESULTS.md, "The forward on the CUDA cores" and "Few rows on
+    the CUDA cores"): at n = 32, d = 2**24 float32 takes 2.23 ms against the tile kernel's 3.16
+    (whose tile build serves only 32 rows there), and with n = 1-16 (16-row programs) it is
+    1.33-1.67x faster than the tile kernel on every shape measured (241-1986 groups per program);
+    with more rows it is 1.0-1.4x slower than the tile kernel in float32. Half types with 17-32 rows
+    (benchmarks/NOTES.md, "Grouped launches"): 1.08-1.66x faster than the tile kernel at
+    d = 2**25, 0.91-1.24x at d = 2**22. Short runs are launch-bound and stay on the tile kernel."""
     if dtype == torch.float32 and fp32_passes != 3:
         return False  # "high" and "medium" trade bits for the tile kernel's speed
     return n <= _SHUFFLE_MAX_ROWS.get(dtype, 0) and groups_per_program >= _SHUFFLE_RUN_GROUPS
 
 
-#: Most rows for which the CUDA-core forward beats the tile kernel: exact float32 to 32; half types
-#: (one tensor-core pass) to 16. H100 (benchmarks/NOTES.md, "Grouped launches"): bfloat16 and
-#: float16 at n = 1-16, d = 2**25, 1.27-1.51x faster; at n = 32 0.75-0.97x.
-_SHUFFLE_MAX_ROWS = {torch.float32: 32, torch.bfloat16: 16, torch.float16: 16}
+#: Most rows for which the CUDA-core forward runs: one row tile. Half types went to 16 before its
+#: accumulators followed the chunks' slopes (1.27-1.51x faster at n = 1-16, 0.75-0.97x at 32 then).
+_SHUFFLE_MAX_ROWS = {torch.float32: 32, torch.bfloat16: 32, torch.float16: 32}
 
 
 #: Groups per program from which the CUDA-core forward runs (:func:`_shuffles`): it won at every
