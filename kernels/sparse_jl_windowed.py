@@ -21,11 +21,11 @@ design 4).
 
 Each step is split into its loads (``_step_chunks``, ``_step_words``, ``_load_chunks``) and its
 tile build (``_stacked_tile``), so that the pipelined loops issue a step's loads one or two steps
-ahead, in registers (design 8). For exact float32 with a single 32-row tile, where a tile would
-serve too few rows to pay for its build, ``sparse_jl_windowed_shuffle_forward_kernel`` computes the
-same forward on the CUDA cores, permuting each chunk's columns with warp shuffles (design 9; one
-shuffle per element and band since its accumulators follow the chunks' slopes). For
-half types with short runs on Hopper, ``sparse_jl_windowed_gluon.py`` computes the forward in Gluon,
+ahead, in registers (design 8). With one row tile of at most 32 rows (exact float32 or a half
+type), where a tile would serve too few rows to pay for its build,
+``sparse_jl_windowed_shuffle_forward_kernel`` computes the same forward on the CUDA cores,
+permuting each chunk's columns with warp shuffles (design 9; one shuffle per element and band
+since its accumulators follow the chunks' slopes). For half types with short runs on Hopper, ``sparse_jl_windowed_gluon.py`` computes the forward in Gluon,
 with the tile as the tensor cores' register operand (design 11).
 
 The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and

@@ -448,9 +448,9 @@ def forward(
 ) -> torch.Tensor:
     """Y = x S^T: a program owns window a of one band's blocks for a row tile and multiplies, per
     group, the one chunk that lands there by its signed-permutation tile, several groups per step
-    (for half types with short runs on Hopper, in Gluon: :func:`_gluon_forward`); or (exact
-    float32, one row tile, :func:`_shuffles`) permutes and adds the chunk's columns on the CUDA
-    cores."""
+    (for half types with short runs on Hopper, in Gluon: :func:`_gluon_forward`); or (one row tile
+    of exact float32 or a half type, long runs: :func:`_shuffles`) permutes and adds the chunk's
+    columns on the CUDA cores."""
     tables = window_tables(x.shape[1], out_features, key0, key1, nnz, column_offset, x.device)
     return _forward(x, tables, out_features, nnz, column_offset, tiling)
 
