@@ -1108,6 +1108,21 @@ def _reframe(acc, slopes, t: tl.constexpr, band, lanes, zeros_m, BLOCKS: tl.cons
 
 
 @triton.jit
+def _reframe_band(a0, a1, a2, a3, a4, a5, a6, a7, slopes, band, lanes, zeros_m, BLOCKS: tl.constexpr):
+    """The band's eight block accumulators moved between frames whose slopes XOR to ``slopes``."""
+    return (
+        _reframe(a0, slopes, 0, band, lanes, zeros_m, BLOCKS),
+        _reframe(a1, slopes, 1, band, lanes, zeros_m, BLOCKS),
+        _reframe(a2, slopes, 2, band, lanes, zeros_m, BLOCKS),
+        _reframe(a3, slopes, 3, band, lanes, zeros_m, BLOCKS),
+        _reframe(a4, slopes, 4, band, lanes, zeros_m, BLOCKS),
+        _reframe(a5, slopes, 5, band, lanes, zeros_m, BLOCKS),
+        _reframe(a6, slopes, 6, band, lanes, zeros_m, BLOCKS),
+        _reframe(a7, slopes, 7, band, lanes, zeros_m, BLOCKS),
+    )
+
+
+@triton.jit
 def _shuffle_term(acc, moved, word, source, t: tl.constexpr, BLOCKS: tl.constexpr):
     """acc + the chunk's signed terms in block t of the band (if the band has it): ``moved`` holds
     chunk column ``source`` in each lane, its sign bit 16 + source of the block's word."""
@@ -1229,15 +1244,9 @@ def _shuffle_run(
             chunk = tl.load(slots_ptr + tl.minimum(slot + 3, last)).to(tl.int64)
             slope = _slope(w0, w1, band, NNZ, BLOCKS)
             if slope != frame:
-                moves = slope ^ frame
-                a0 = _reframe(a0, moves, 0, band, lanes, zeros_m, BLOCKS)
-                a1 = _reframe(a1, moves, 1, band, lanes, zeros_m, BLOCKS)
-                a2 = _reframe(a2, moves, 2, band, lanes, zeros_m, BLOCKS)
-                a3 = _reframe(a3, moves, 3, band, lanes, zeros_m, BLOCKS)
-                a4 = _reframe(a4, moves, 4, band, lanes, zeros_m, BLOCKS)
-                a5 = _reframe(a5, moves, 5, band, lanes, zeros_m, BLOCKS)
-                a6 = _reframe(a6, moves, 6, band, lanes, zeros_m, BLOCKS)
-                a7 = _reframe(a7, moves, 7, band, lanes, zeros_m, BLOCKS)
+                a0, a1, a2, a3, a4, a5, a6, a7 = _reframe_band(
+                    a0, a1, a2, a3, a4, a5, a6, a7, slope ^ frame, band, lanes, zeros_m, BLOCKS
+                )
                 frame = slope
             source = lanes ^ (w0 & (WINDOW - 1)) ^ _band_times(slope, 0, band, BLOCKS)
             moved = tl.gather(x, source[None, :] + zeros_m[:, None], 1)
@@ -1348,14 +1357,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
             *accs, x_ptr, g_begin, g_end, d, column_offset, stride_xm, stride_xd, *run, NNZ, BLOCKS, BANDS, SLOTS
         )
     # back to the natural frame (slope 0)
-    a0 = _reframe(a0, frame, 0, band, lanes, zeros_m, BLOCKS)
-    a1 = _reframe(a1, frame, 1, band, lanes, zeros_m, BLOCKS)
-    a2 = _reframe(a2, frame, 2, band, lanes, zeros_m, BLOCKS)
-    a3 = _reframe(a3, frame, 3, band, lanes, zeros_m, BLOCKS)
-    a4 = _reframe(a4, frame, 4, band, lanes, zeros_m, BLOCKS)
-    a5 = _reframe(a5, frame, 5, band, lanes, zeros_m, BLOCKS)
-    a6 = _reframe(a6, frame, 6, band, lanes, zeros_m, BLOCKS)
-    a7 = _reframe(a7, frame, 7, band, lanes, zeros_m, BLOCKS)
+    a0, a1, a2, a3, a4, a5, a6, a7 = _reframe_band(a0, a1, a2, a3, a4, a5, a6, a7, frame, band, lanes, zeros_m, BLOCKS)
     # eight accumulators and stores, one per block: Triton has no arrays of tensors
     tile = (pid_s, offs_m, mask_m, lanes, window, windows, band, scale, n, out_features)
     tile = tile + (stride_om, stride_ok, stride_split)
