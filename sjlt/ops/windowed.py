@@ -641,7 +641,7 @@ def _forward(
         SEGMENT_MULTIPLE=segments.multiple,
     )
     if shuffles:
-        slots = torch.empty(tiles * splits * _SHUFFLE_SLOTS, dtype=torch.int32, device=x.device)
+        slots = _buffers.empty((tiles * splits * _SHUFFLE_SLOTS,), torch.int32, x.device)
         sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
             *arguments[:7],
             slots,
