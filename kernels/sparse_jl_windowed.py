@@ -25,8 +25,9 @@ ahead, in registers (design 8). With one row tile of at most 32 rows (exact floa
 type), where a tile would serve too few rows to pay for its build,
 ``sparse_jl_windowed_shuffle_forward_kernel`` computes the same forward on the CUDA cores,
 permuting each chunk's columns with warp shuffles (design 9; one shuffle per element and band
-since its accumulators follow the chunks' slopes). For half types with short runs on Hopper, ``sparse_jl_windowed_gluon.py`` computes the forward in Gluon,
-with the tile as the tensor cores' register operand (design 11).
+since its accumulators follow the chunks' slopes). For half types with short runs on Hopper,
+``sparse_jl_windowed_gluon.py`` computes the forward in Gluon, with the tile as the tensor cores'
+register operand (design 11).
 
 The tables (``window_table_kernel``) cost one Philox call per 4 (chunk, block) pairs and
 4 * nnz / 16 bytes per input column; the projection kernels only load them.
@@ -1056,8 +1057,8 @@ def _slope(word0, word1, band, NNZ: tl.constexpr, BLOCKS: tl.constexpr):
 
 @triton.jit
 def _band_times(a, t: tl.constexpr, band, BLOCKS: tl.constexpr):
-    """a * (T mod 16) in GF(16) for block T = band * BLOCKS + t; GF(16) addition is XOR, and
-    band * BLOCKS mod 16 is 0 or 8 (BLOCKS = 8) or a multiple of BLOCKS < 8 with one band."""
+    """a * (T mod 16) in GF(16) for block T = band * BLOCKS + t: GF(16) adds by XOR, and
+    band * BLOCKS mod 16 is 0 or 8 (with one band, always 0)."""
     return _gf16_times(a, t) ^ tl.where((band * BLOCKS) % 16 == 8, _gf16_times(a, 8), 0)
 
 
@@ -1089,7 +1090,7 @@ def _sort_slots(
     key = tl.where(valid, _slope(word0, word1, band, NNZ, BLOCKS), WINDOW)  # past the end: none
     rank = tl.zeros_like(key)
     start = 0
-    for slope in tl.static_range(WINDOW):  # a class at a time: [SLOTS] vectors, few registers
+    for slope in tl.static_range(WINDOW):  # one slope at a time: [SLOTS] vectors, few registers
         member = (key == slope).to(tl.int32)
         rank += member * (start + tl.cumsum(member, 0) - 1)
         start += tl.sum(member, 0)
