@@ -1085,7 +1085,7 @@ def _sort_slots(
     base = words_ptr + chunk * NNZ + band * BLOCKS
     word0 = tl.load(base, mask=valid, other=0)
     word1 = word0
-    if BLOCKS > 1:
+    if BLOCKS > 1:  # block 1 of the band, if it has one (the scalar test widened to the vector's shape)
         word1 = tl.load(base + 1, mask=valid & (groups * 0 + band * BLOCKS + 1 < NNZ), other=0)
     key = tl.where(valid, _slope(word0, word1, band, NNZ, BLOCKS), WINDOW)  # past the end: none
     rank = tl.zeros_like(key)

@@ -172,9 +172,9 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int, aligned: bool = 
     loaded element by element and take other steps, in 64-row programs. H100 sweeps
     (benchmarks/NOTES.md, "Any d", element loads): half types pipelined with two groups per dot,
     for long and short runs alike, run at most 1.43x the kernel on aligned rows (four groups,
-    pipelined and 128 rows as for aligned rows: 3.9-4.6x; unpipelined at short runs up to 1.86x; the shifted aligned
-    vectors this replaced: 1.9-2.1x); float32 long runs as one unpipelined dot of four groups
-    1.12-1.42x (its aligned steps 1.32-1.42x)."""
+    pipelined and 128 rows as for aligned rows: 3.9-4.6x; unpipelined at short runs up to 1.86x;
+    the shifted aligned vectors this replaced: 1.9-2.1x); float32 long runs as one unpipelined dot
+    of four groups 1.12-1.42x (its aligned steps 1.32-1.42x)."""
     if dtype != torch.float32:
         if not aligned:
             return 2, 1, 1, True
