@@ -37,6 +37,8 @@ def check_input(x, name: str, *, complex_ok: bool) -> None:
 
 def check_column_offset(column_offset) -> int:
     """Returns ``column_offset`` as an int in [0, 2**62), or raises TypeError / ValueError."""
+    if type(column_offset) is int and 0 <= column_offset < 1 << 62:  # the common case, cheaply
+        return column_offset
     if isinstance(column_offset, bool) or not isinstance(column_offset, numbers.Integral):
         raise TypeError(f"column_offset must be an int, got {type(column_offset).__name__}")
     if not 0 <= column_offset < 1 << 62:
@@ -180,7 +182,7 @@ def sparse_jl_blocks(
         raise ValueError("blocks is empty; pass at least one (first column, tensor) pair")
     k = spec.check_dimension(out_features, "out_features")
     key0, key1, nnz, column_offset = _settings(seed, nnz, k, column_offset, backend)
-    checked = []
+    checked, device, rows = [], None, None
     for index, pair in enumerate(blocks):
         if not isinstance(pair, tuple | list) or len(pair) != 2:
             raise TypeError(f"blocks[{index}] must be a (first column, tensor) pair, got {type(pair).__name__}")
@@ -189,18 +191,20 @@ def sparse_jl_blocks(
         first = check_column_offset(first)
         if x.dim() != 2:
             raise ValueError(f"blocks[{index}] must be 2-D (n, d), got shape {tuple(x.shape)}; reshape it first")
-        if x.shape[0] != blocks[0][1].shape[0] or x.device != blocks[0][1].device:
+        if device is None:
+            device, rows = x.device, x.shape[0]
+        elif x.shape[0] != rows or x.device != device:
             raise ValueError(
                 f"blocks[{index}] is {tuple(x.shape)} on {x.device} but blocks[0] is "
-                f"{tuple(blocks[0][1].shape)} on {blocks[0][1].device}; every block needs the same "
-                f"rows n on the same device"
+                f"{tuple(blocks[0][1].shape)} on {device}; every block needs the same rows n on the same device"
             )
         checked.append((first, x))
     check_output_fits(checked[0][1], k, "out_features")
-    out = torch.zeros(checked[0][1].shape[0], k, dtype=torch.float32, device=checked[0][1].device)
+    out = torch.zeros(rows, k, dtype=torch.float32, device=device)
     grouped, alone = {}, []
+    groupable = _groupable(k, nnz, backend)
     for first, x in checked:
-        if _groupable(x, k, nnz, backend):
+        if groupable(x):
             grouped.setdefault(x.dtype, []).append((first, x))
         elif x.shape[1]:
             alone.append((first, x))
@@ -232,17 +236,23 @@ def _column_runs(blocks: list) -> list[list]:
     return runs
 
 
-def _groupable(x: torch.Tensor, k: int, nnz: int, backend: str) -> bool:
-    """Whether block ``x`` can join a grouped launch (:func:`sparse_jl_blocks`)."""
-    return (
-        spec.is_windowed(k, nnz)
-        and x.shape[0] > 0
-        and x.shape[1] > 0
-        and x.stride(1) == 1
-        and not (x.requires_grad and torch.is_grad_enabled())
-        and not torch.compiler.is_compiling()
-        and use_triton(backend, x, supports_dtype=x.dtype in KERNEL_DTYPES)
-    )
+def _groupable(k: int, nnz: int, backend: str):
+    """Whether a block can join a grouped launch (:func:`sparse_jl_blocks`), as a predicate; what
+    is the same for every block is decided once (148 blocks per GPT-2 call)."""
+    if not spec.is_windowed(k, nnz) or torch.compiler.is_compiling():
+        return lambda x: False
+    grad_mode = torch.is_grad_enabled()
+    by_dtype = {}  # the blocks share a device, so the backend's answer depends on the dtype alone
+
+    def groupable(x: torch.Tensor) -> bool:
+        if x.shape[0] == 0 or x.shape[1] == 0 or x.stride(1) != 1 or (grad_mode and x.requires_grad):
+            return False
+        triton = by_dtype.get(x.dtype)
+        if triton is None:
+            triton = by_dtype[x.dtype] = use_triton(backend, x, supports_dtype=x.dtype in KERNEL_DTYPES)
+        return triton
+
+    return groupable
 
 
 def sparse_jl_transpose(

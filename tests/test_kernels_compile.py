@@ -194,7 +194,7 @@ def _variants():
                 "out_ptr": f"*{dtype}",
                 "spill_ptr": "*fp32",
                 "segments_ptr": "*i64",
-                "split_segments_ptr": "*i32",
+                "split_segments_ptr": "*i64",
                 **common,
                 "out_features": I32,
                 "groups": I32,

@@ -1,6 +1,7 @@
 """The SJLT Triton kernels against the PyTorch reference: identical matrices, outputs within
 per-dtype tolerances, on fresh random inputs of odd shapes, strides, offsets and splits."""
 
+import numpy as np
 import pytest
 import torch
 from tiers import grid
@@ -826,8 +827,50 @@ def test_grouped_forward_of_aligned_blocks(kernel_device, rng, shuffle):
     """Blocks whose offsets, widths, column offsets and row strides are multiples of 16 take the
     variant that tells the compiler so, with the same result."""
     blocks, full = _blocks_side_by_side(rng, 6, (32, 1024, 16, 512), F32, kernel_device, aligned=True)
-    spans = [(block, 32 + first, 0, 1) for first, block in blocks]  # (block, column, groups [0, 1))
-    assert windowed._segments(spans, blocks[0][1], 1).multiple == 16
+    spans = windowed._spans(blocks, blocks[0][1], 32, spec.windows_per_block(1024, 8), 0)
+    assert windowed._segments(spans, 1, blocks[0][1].device).multiple == 16
     want = reference.sparse_jl_forward(full, 1024, seed=3, nnz=8, column_offset=32)
     got = windowed.forward_blocks(blocks, 1024, *_key(3), 8, 32, Tiling(splits=3, shuffle=shuffle))
     assert _relative_error(got, want) <= TOLERANCE[F32]
+
+
+def _segments_oracle(spans, per_split):
+    """``windowed._segments``'s rows and split starts, one piece at a time."""
+    rows, starts, filled = [], [0], 0
+    for offset, width, column, stride, g_begin, g_end in spans.tolist():
+        while g_begin < g_end:
+            take = min(g_end - g_begin, per_split - filled)
+            rows.append([offset, width, column, stride, g_begin, g_begin + take])
+            g_begin, filled = g_begin + take, filled + take
+            if filled == per_split:
+                starts.append(len(rows))
+                filled = 0
+    return rows, starts + ([len(rows)] if filled else [])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_grouped_segments_cut_the_spans_at_every_split(seed):
+    """The vectorised segment table equals the piece-by-piece cut, for runs of spans of 1-40 groups
+    (gaps between them included) and splits shorter, longer and aligned with them."""
+    gen = np.random.default_rng(seed)
+    count = int(gen.integers(1, 30))
+    lengths = gen.integers(1, 41, count)
+    g_begin = np.cumsum(gen.integers(0, 3, count)) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    values = gen.integers(0, 1 << 40, (count, 4)) * (16 if seed % 2 else 1)
+    spans = np.column_stack([values, g_begin, g_begin + lengths]).astype(np.int64)
+    for per_split in {1, 3, int(lengths[0]), 16, int(lengths.sum()), int(lengths.sum()) + 5}:
+        segments = windowed._segments(spans, per_split, torch.device("cpu"))
+        rows, starts = _segments_oracle(spans, per_split)
+        assert segments.table.tolist() == rows, f"seed={seed}, per_split={per_split}"
+        assert segments.split_starts.tolist() == starts, f"seed={seed}, per_split={per_split}"
+        assert segments.multiple == (16 if seed % 2 else 1) or not (values % 16).any()
+
+
+def test_grouped_blocks_off_their_elements_are_refused():
+    """A block whose data starts between two of the first block's elements (a view reinterpreted
+    at an odd byte offset) cannot be an element offset of the launch: a clear error, no launch."""
+    memory = bytearray(4 * 96)
+    first = torch.frombuffer(memory, dtype=torch.float32, count=32).view(2, 16)
+    odd = torch.frombuffer(memory, dtype=torch.float32, offset=130, count=32).view(2, 16)
+    with pytest.raises(ValueError, match="2 bytes off its torch.float32 elements.*block.clone"):
+        windowed._spans([(0, first), (16, odd)], first, 0, 2, 0)

@@ -7,6 +7,7 @@ import functools
 import math
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from .. import _buffers, backends, spec
@@ -48,8 +49,9 @@ def window_tables(
     return tables
 
 
-def _group_of(column: int, windows: int) -> int:
-    """The table group that holds input column ``column`` (A chunks of 16 columns per group)."""
+def _group_of(column, windows: int):
+    """The table group that holds input column ``column`` (A chunks of 16 columns per group); an
+    int, or an integer array of them."""
     return column // spec.WINDOW // windows
 
 
@@ -475,13 +477,28 @@ def forward_blocks(
     first = min(column for column, _ in blocks)
     end = max(column + block.shape[1] for column, block in blocks)
     tables = window_tables(end - first, out_features, key0, key1, nnz, column_offset + first, x.device)
-    spans = []
-    for column, block in blocks:
-        column += column_offset
-        g_first = _group_of(column, tables.windows) - tables.group_base
-        g_last = _group_of(column + block.shape[1] - 1, tables.windows) - tables.group_base
-        spans.append((block, column, g_first, g_last + 1))
+    spans = _spans(blocks, x, column_offset, tables.windows, tables.group_base)
     return _forward(x, tables, out_features, nnz, column_offset, tiling, spans)
+
+
+def _spans(blocks: list, x: torch.Tensor, column_offset: int, windows: int, group_base: int) -> np.ndarray:
+    """The blocks (first column, tensor) of a grouped launch as (blocks, 6) int64 rows, one vector
+    operation per value (GPT-2 small passes 148 blocks per call): element offset from x, width,
+    first column of S, row stride, and first and end group of the table that starts at group
+    ``group_base`` (``windows`` chunks per group)."""
+    rows = np.array(
+        [(block.data_ptr(), block.shape[1], column, block.stride(0)) for column, block in blocks], dtype=np.int64
+    )
+    offsets, remainders = np.divmod(rows[:, 0] - x.data_ptr(), x.element_size())
+    if remainders.any():  # a view reinterpreted from another dtype at an odd byte offset
+        raise ValueError(
+            f"a block's data starts {int(remainders[remainders != 0][0])} bytes off its {x.dtype} elements "
+            f"relative to the first block's; pass a copy of it (block.clone())"
+        )
+    columns = rows[:, 2] + column_offset
+    g_begin = _group_of(columns, windows) - group_base
+    g_end = _group_of(columns + rows[:, 1] - 1, windows) - group_base + 1
+    return np.stack([offsets, rows[:, 1], columns, rows[:, 3], g_begin, g_end], axis=1)
 
 
 #: Programs per SM that the one-warp CUDA-core forward's splits aim for: H100 (benchmarks/NOTES.md,
@@ -503,7 +520,7 @@ _GROUPED_PROGRAMS_PER_SM = 64
 
 class _Segments(NamedTuple):
     """A grouped forward's work (``_segment`` in the kernels): the (segments, 6) int64 table, each
-    split's first segment ((splits + 1,) int32) and the largest of 1 and 16 dividing every offset,
+    split's first segment ((splits + 1,) int64) and the largest of 1 and 16 dividing every offset,
     length, column offset and row stride."""
 
     table: torch.Tensor
@@ -511,37 +528,29 @@ class _Segments(NamedTuple):
     multiple: int
 
 
-def _segments(spans, x: torch.Tensor, per_split: int) -> _Segments:
-    """The spans (block, first column, first group, end group), cut into runs of ``per_split`` groups
-    in order: split s runs groups [s * per_split, (s + 1) * per_split) of their concatenation."""
-    rows, starts, filled = [], [0], 0
-    for block, column, g_begin, g_end in spans:
-        offset, remainder = divmod(block.data_ptr() - x.data_ptr(), x.element_size())
-        if remainder:  # a view reinterpreted from another dtype at an odd byte offset
-            raise ValueError(
-                f"a block's data starts {remainder} bytes off its {x.dtype} elements relative to the "
-                f"first block's; pass a copy of it (block.clone())"
-            )
-        while g_begin < g_end:
-            take = min(g_end - g_begin, per_split - filled)
-            rows.append((offset, block.shape[1], column, block.stride(0), g_begin, g_begin + take))
-            g_begin += take
-            filled += take
-            if filled == per_split:
-                starts.append(len(rows))
-                filled = 0
-    if filled:
-        starts.append(len(rows))
-    aligned = all(value % spec.WINDOW == 0 for row in rows for value in row[:4])
-    return _Segments(
-        _upload(rows, torch.int64, x.device), _upload(starts, torch.int32, x.device), spec.WINDOW if aligned else 1
-    )
+def _segments(spans: np.ndarray, per_split: int, device: torch.device) -> _Segments:
+    """The spans (``_spans``) cut into runs of ``per_split`` groups in order: split s runs groups
+    [s * per_split, (s + 1) * per_split) of their concatenation. Vectorised, and uploaded in one
+    copy: a Python loop over the pieces took about 1 ms of the host's time per GPT-2 call."""
+    lengths = spans[:, 5] - spans[:, 4]
+    firsts = np.cumsum(lengths) - lengths  # each span's first group in the concatenation
+    total = int(firsts[-1] + lengths[-1])
+    split_firsts = np.arange(0, total, per_split, dtype=np.int64)
+    cuts = np.union1d(firsts, split_firsts)  # where a segment starts: a span's or a split's start
+    span = np.searchsorted(firsts, cuts, side="right") - 1
+    rows = spans[span]
+    rows[:, 4] += cuts - firsts[span]
+    rows[:, 5] = rows[:, 4] + np.diff(cuts, append=total)
+    starts = np.append(np.searchsorted(cuts, split_firsts), len(cuts))
+    packed = _upload(np.concatenate([rows.ravel(), starts]), device)
+    aligned = not (spans[:, :4] % spec.WINDOW).any()
+    return _Segments(packed[: rows.size].view(-1, 6), packed[rows.size :], spec.WINDOW if aligned else 1)
 
 
-def _upload(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _upload(values: np.ndarray, device: torch.device) -> torch.Tensor:
     """``values`` as a tensor on ``device``; to a GPU from pinned memory, asynchronously: a copy
     from pageable memory would make the host wait for the work already queued (the table launch)."""
-    host = torch.tensor(values, dtype=dtype)
+    host = torch.from_numpy(values)
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
@@ -554,7 +563,7 @@ def _forward(
     nnz: int,
     column_offset: int,
     tiling: Tiling,
-    spans: list | None = None,
+    spans: np.ndarray | None = None,
 ) -> torch.Tensor:
     """The forward's launch over x (with ``spans``: over the blocks, see :func:`forward_blocks`)."""
     from ..kernels.sparse_jl_windowed import (
@@ -563,8 +572,8 @@ def _forward(
     )
 
     n, d = x.shape
-    groups = tables.groups if spans is None else sum(g_end - g_begin for _, _, g_begin, g_end in spans)
-    input_bytes = None if spans is None else sum(block.numel() for block, *_ in spans) * x.element_size()
+    groups = tables.groups if spans is None else int((spans[:, 5] - spans[:, 4]).sum())
+    input_bytes = None if spans is None else int(spans[:, 1].sum()) * n * x.element_size()
     per_sm = 8 if spans is None else _GROUPED_PROGRAMS_PER_SM
     bands = spec.band_count(nnz)
     fp32_passes, dot_type = dot_config(x.dtype)
@@ -607,7 +616,7 @@ def _forward(
     else:
         out = _buffers.empty((splits, n, out_features), torch.float32, x.device)
         stride_split = out.stride(0)
-        segments = _segments(spans, x, per_split)
+        segments = _segments(spans, per_split, x.device)
     spill = _spill(n, splits, nnz, fold, out)
     arguments = (
         x,
