@@ -1182,6 +1182,53 @@ def _store_block(
 
 
 @triton.jit
+def _shuffle_step(
+    a0,
+    a1,
+    a2,
+    a3,
+    a4,
+    a5,
+    a6,
+    a7,
+    frame,
+    x,
+    w0,
+    w1,
+    w2,
+    w3,
+    w4,
+    w5,
+    w6,
+    w7,
+    band,
+    lanes,
+    zeros_m,
+    NNZ: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
+    """The band's eight block accumulators plus one chunk's terms (x and its words in the band's
+    blocks), moved first into the frame of the chunk's slope if they are not in it; and that frame."""
+    slope = _slope(w0, w1, band, NNZ, BLOCKS)
+    if slope != frame:
+        a0, a1, a2, a3, a4, a5, a6, a7 = _reframe_band(
+            a0, a1, a2, a3, a4, a5, a6, a7, slope ^ frame, band, lanes, zeros_m, BLOCKS
+        )
+        frame = slope
+    source = lanes ^ (w0 & (WINDOW - 1)) ^ _band_times(slope, 0, band, BLOCKS)
+    moved = tl.gather(x, source[None, :] + zeros_m[:, None], 1)
+    a0 = _shuffle_term(a0, moved, w0, source, 0, BLOCKS)
+    a1 = _shuffle_term(a1, moved, w1, source, 1, BLOCKS)
+    a2 = _shuffle_term(a2, moved, w2, source, 2, BLOCKS)
+    a3 = _shuffle_term(a3, moved, w3, source, 3, BLOCKS)
+    a4 = _shuffle_term(a4, moved, w4, source, 4, BLOCKS)
+    a5 = _shuffle_term(a5, moved, w5, source, 5, BLOCKS)
+    a6 = _shuffle_term(a6, moved, w6, source, 6, BLOCKS)
+    a7 = _shuffle_term(a7, moved, w7, source, 7, BLOCKS)
+    return a0, a1, a2, a3, a4, a5, a6, a7, frame
+
+
+@triton.jit
 def _shuffle_run(
     a0,
     a1,
@@ -1228,6 +1275,7 @@ def _shuffle_run(
     Loads run two slots ahead (chunk and words; the chunk index three): one group ahead left the
     loop waiting on them (benchmarks/NOTES.md, "Grouped launches")."""
     fetch = (windows, band, group_base, column_offset, d, offs_m, mask_m, lanes, stride_xm, stride_xd, NNZ, BLOCKS)
+    step = (band, lanes, zeros_m, NNZ, BLOCKS)
     for first in range(g_begin, g_end, SLOTS):
         tl.debug_barrier()  # the previous window's slots are read
         count = _sort_slots(
@@ -1240,27 +1288,26 @@ def _shuffle_run(
         chunk = tl.load(slots_ptr + tl.minimum(1, last)).to(tl.int64)
         x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(x_ptr, words_ptr, chunk, 1, count, *fetch)
         chunk = tl.load(slots_ptr + tl.minimum(2, last)).to(tl.int64)
-        for slot in range(0, count):
+        # three slots per pass, one buffer each, so no buffer is copied into another; the slots past
+        # the count are skipped, their (masked) loads having been issued
+        for slot in range(0, count, 3):
             x_2, u0, u1, u2, u3, u4, u5, u6, u7 = _shuffle_fetch(x_ptr, words_ptr, chunk, slot + 2, count, *fetch)
             chunk = tl.load(slots_ptr + tl.minimum(slot + 3, last)).to(tl.int64)
-            slope = _slope(w0, w1, band, NNZ, BLOCKS)
-            if slope != frame:
-                a0, a1, a2, a3, a4, a5, a6, a7 = _reframe_band(
-                    a0, a1, a2, a3, a4, a5, a6, a7, slope ^ frame, band, lanes, zeros_m, BLOCKS
+            a0, a1, a2, a3, a4, a5, a6, a7, frame = _shuffle_step(
+                a0, a1, a2, a3, a4, a5, a6, a7, frame, x, w0, w1, w2, w3, w4, w5, w6, w7, *step
+            )
+            x, w0, w1, w2, w3, w4, w5, w6, w7 = _shuffle_fetch(x_ptr, words_ptr, chunk, slot + 3, count, *fetch)
+            chunk = tl.load(slots_ptr + tl.minimum(slot + 4, last)).to(tl.int64)
+            if slot + 1 < count:
+                a0, a1, a2, a3, a4, a5, a6, a7, frame = _shuffle_step(
+                    a0, a1, a2, a3, a4, a5, a6, a7, frame, x_1, v0, v1, v2, v3, v4, v5, v6, v7, *step
                 )
-                frame = slope
-            source = lanes ^ (w0 & (WINDOW - 1)) ^ _band_times(slope, 0, band, BLOCKS)
-            moved = tl.gather(x, source[None, :] + zeros_m[:, None], 1)
-            a0 = _shuffle_term(a0, moved, w0, source, 0, BLOCKS)
-            a1 = _shuffle_term(a1, moved, w1, source, 1, BLOCKS)
-            a2 = _shuffle_term(a2, moved, w2, source, 2, BLOCKS)
-            a3 = _shuffle_term(a3, moved, w3, source, 3, BLOCKS)
-            a4 = _shuffle_term(a4, moved, w4, source, 4, BLOCKS)
-            a5 = _shuffle_term(a5, moved, w5, source, 5, BLOCKS)
-            a6 = _shuffle_term(a6, moved, w6, source, 6, BLOCKS)
-            a7 = _shuffle_term(a7, moved, w7, source, 7, BLOCKS)
-            x, w0, w1, w2, w3, w4, w5, w6, w7 = x_1, v0, v1, v2, v3, v4, v5, v6, v7
-            x_1, v0, v1, v2, v3, v4, v5, v6, v7 = x_2, u0, u1, u2, u3, u4, u5, u6, u7
+            x_1, v0, v1, v2, v3, v4, v5, v6, v7 = _shuffle_fetch(x_ptr, words_ptr, chunk, slot + 4, count, *fetch)
+            chunk = tl.load(slots_ptr + tl.minimum(slot + 5, last)).to(tl.int64)
+            if slot + 2 < count:
+                a0, a1, a2, a3, a4, a5, a6, a7, frame = _shuffle_step(
+                    a0, a1, a2, a3, a4, a5, a6, a7, frame, x_2, u0, u1, u2, u3, u4, u5, u6, u7, *step
+                )
     return a0, a1, a2, a3, a4, a5, a6, a7, frame
 
 
