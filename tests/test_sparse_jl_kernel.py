@@ -260,7 +260,9 @@ def test_shuffle_forward_sorts_runs_longer_than_its_slots(
     """The CUDA-core forward visits a program's groups a few slots at a time in order of their slope,
     moving its accumulators between frames (``_shuffle_run``). With 8 slots, runs of 10-38 groups
     take several sorts and many frames: splits that end mid-sort, grouped blocks whose segments
-    start mid-sort, two bands, and a band of one block (nnz 9: any frame serves it)."""
+    start mid-sort, two bands, and a band of one block (nnz 9: any frame serves it). The sorts'
+    counts (8 and 6 for nnz 9; 5, 6, 4 and 7 grouped) leave every remainder of the three-slot
+    passes."""
     monkeypatch.setattr(windowed, "_SHUFFLE_SLOTS", 8)
     n, offset, seed = 7, 2**33 + 9, 2**62 + 7
     tiling = Tiling(splits=splits, shuffle=True, blocks=(16,))
