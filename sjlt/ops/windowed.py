@@ -474,18 +474,18 @@ def forward_blocks(
     2-D CUDA blocks of one dtype and row count, each with unit column stride and at least one
     column; x_ptr of the launch is the first block, the others are element offsets from it."""
     x = blocks[0][1]
-    first = min(column for column, _ in blocks)
-    end = max(column + block.shape[1] for column, block in blocks)
-    tables = window_tables(end - first, out_features, key0, key1, nnz, column_offset + first, x.device)
-    spans = _spans(blocks, x, column_offset, tables.windows, tables.group_base)
+    spans = _spans(blocks, x, column_offset, spec.windows_per_block(out_features, nnz))
+    first = int(spans[:, 2].min())
+    end = int((spans[:, 2] + spans[:, 1]).max())
+    tables = window_tables(end - first, out_features, key0, key1, nnz, first, x.device)
+    spans[:, 4:] -= tables.group_base  # groups of the table
     return _forward(x, tables, out_features, nnz, column_offset, tiling, spans)
 
 
-def _spans(blocks: list, x: torch.Tensor, column_offset: int, windows: int, group_base: int) -> np.ndarray:
-    """The blocks (first column, tensor) of a grouped launch as (blocks, 6) int64 rows, one vector
-    operation per value (GPT-2 small passes 148 blocks per call): element offset from x, width,
-    first column of S, row stride, and first and end group of the table that starts at group
-    ``group_base`` (``windows`` chunks per group)."""
+def _spans(blocks: list, x: torch.Tensor, column_offset: int, windows: int) -> np.ndarray:
+    """The blocks (first column, tensor) of a grouped launch as (blocks, 6) int64 rows, built in one
+    pass over the blocks (GPT-2 small passes 148 per call): element offset from x, width, first
+    column of S, row stride, and first and end group (``windows`` chunks of 16 columns per group)."""
     rows = np.array(
         [(block.data_ptr(), block.shape[1], column, block.stride(0)) for column, block in blocks], dtype=np.int64
     )
@@ -496,8 +496,8 @@ def _spans(blocks: list, x: torch.Tensor, column_offset: int, windows: int, grou
             f"relative to the first block's; pass a copy of it (block.clone())"
         )
     columns = rows[:, 2] + column_offset
-    g_begin = _group_of(columns, windows) - group_base
-    g_end = _group_of(columns + rows[:, 1] - 1, windows) - group_base + 1
+    g_begin = _group_of(columns, windows)
+    g_end = _group_of(columns + rows[:, 1] - 1, windows) + 1
     return np.stack([offsets, rows[:, 1], columns, rows[:, 3], g_begin, g_end], axis=1)
 
 
