@@ -302,15 +302,19 @@ def test_wide_rows_rule():
 
 
 def test_shuffle_forward_rule():
-    """Exact float32 and half types with at most 32 rows, and runs of 240 groups or more only."""
+    """At most 32 rows and runs of 240 groups or more, in any precision, except one float32 pass
+    with more than 16 rows and nnz under 16."""
     rule = windowed._shuffles
-    assert rule(torch.float32, 3, 32, 240) and rule(torch.float32, 3, 17, 10**6) and rule(torch.float32, 3, 1, 240)
-    assert not rule(torch.float32, 3, 32, 239) and not rule(torch.float32, 3, 16, 239)
-    assert not rule(torch.float32, 3, 33, 10**6) and not rule(torch.float32, 2, 32, 10**6)
-    assert not rule(torch.bfloat16, 0, 33, 10**6) and not rule(torch.float16, 0, 33, 10**6)
-    assert rule(torch.bfloat16, 0, 32, 240) and rule(torch.float16, 0, 17, 10**6)
-    assert rule(torch.bfloat16, 0, 16, 240) and rule(torch.float16, 0, 1, 10**6)
-    assert not rule(torch.bfloat16, 0, 16, 239) and not rule(torch.float32, 1, 16, 10**6)
+    assert rule(torch.float32, 3, 32, 240, 16) and rule(torch.float32, 3, 17, 10**6, 8)
+    assert rule(torch.float32, 3, 1, 240, 4)
+    assert not rule(torch.float32, 3, 32, 239, 16) and not rule(torch.float32, 3, 16, 239, 16)
+    assert not rule(torch.float32, 3, 33, 10**6, 16) and not rule(torch.float32, 2, 33, 10**6, 16)
+    assert rule(torch.float32, 2, 32, 10**6, 8) and rule(torch.float32, 1, 16, 10**6, 8)
+    assert rule(torch.float32, 1, 32, 10**6, 16) and not rule(torch.float32, 1, 17, 10**6, 8)
+    assert not rule(torch.bfloat16, 0, 33, 10**6, 16) and not rule(torch.float16, 0, 33, 10**6, 16)
+    assert rule(torch.bfloat16, 0, 32, 240, 8) and rule(torch.float16, 0, 17, 10**6, 8)
+    assert rule(torch.bfloat16, 0, 16, 240, 16) and rule(torch.float16, 0, 1, 10**6, 16)
+    assert not rule(torch.bfloat16, 0, 16, 239, 16)
 
 
 def test_gluon_forward_rule(monkeypatch):
@@ -767,6 +771,24 @@ def test_float32_precision_modes(k, nnz, kernel_device, rng, monkeypatch):
     finally:
         torch.set_float32_matmul_precision(previous)
     assert errors["medium"] > 10 * errors["highest"], errors  # the modes really change the arithmetic
+
+
+def test_few_rows_stay_exact_in_every_precision(kernel_device, rng, monkeypatch):
+    """Few rows with long runs take the CUDA-core forward, exact in float32 whatever the precision
+    (faster there than the tile kernel's fewer passes, ``windowed._shuffles``); its run-length
+    threshold lowered so that a small input has long runs."""
+    monkeypatch.setattr(windowed, "_SHUFFLE_RUN_GROUPS", 1)
+    x = torch.randn(16, 300, generator=rng, dtype=torch.float64)
+    want = reference.sparse_jl_forward(x, 256, seed=5, nnz=8)
+    key0, key1 = spec.philox_key(5)
+    previous = torch.get_float32_matmul_precision()
+    try:
+        for mode in ("high", "medium"):
+            torch.set_float32_matmul_precision(mode)
+            got = layouts.triton_forward(x.float().to(kernel_device), 256, key0, key1, 8, 0).double().cpu()
+            assert float((got - want).abs().max() / want.abs().max()) <= PRECISION_TOLERANCE["highest"], mode
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 # Grouped launches (windowed.forward_blocks): (n, k, nnz, block widths, column offset, seed). Blocks

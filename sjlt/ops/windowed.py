@@ -234,18 +234,24 @@ def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool) -> bool:
 _WIDE_ROWS = 128
 
 
-def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: int) -> bool:
+def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: int, nnz: int) -> bool:
     """Whether the forward runs on the CUDA cores (``sparse_jl_windowed_shuffle_forward_kernel``):
-    exact float32 or a half type with one row tile (n <= 32, :data:`_SHUFFLE_MAX_ROWS`), and long
-    runs of groups. H100 (benchmarks/RESULTS.md, "The forward on the CUDA cores" and "Few rows on
-    the CUDA cores"): at n = 32, d = 2**24 float32 takes 2.23 ms against the tile kernel's 3.16
-    (whose tile build serves only 32 rows there), and with n = 1-16 (16-row programs) it is
-    1.33-1.67x faster than the tile kernel on every shape measured (241-1986 groups per program);
-    with more rows it is 1.0-1.4x slower than the tile kernel in float32. Half types with 17-32 rows
-    (benchmarks/NOTES.md, "Grouped launches"): 1.08-1.66x faster than the tile kernel at
-    d = 2**25, 0.91-1.24x at d = 2**22. Short runs are launch-bound and stay on the tile kernel."""
-    if dtype == torch.float32 and fp32_passes != 3:
-        return False  # "high" and "medium" trade bits for the tile kernel's speed
+    one row tile (n <= 32, :data:`_SHUFFLE_MAX_ROWS`) and long runs of groups. H100
+    (benchmarks/RESULTS.md, "The forward on the CUDA cores" and "Few rows on the CUDA cores"): at
+    n = 32, d = 2**24 float32 takes 2.23 ms against the tile kernel's 3.16 (whose tile build serves
+    only 32 rows there), and with n = 1-16 (16-row programs) it is 1.33-1.67x faster than the tile
+    kernel on every shape measured (241-1986 groups per program); with more rows it is 1.0-1.4x
+    slower than the tile kernel in float32. Half types with 17-32 rows (benchmarks/NOTES.md,
+    "Grouped launches"): 1.08-1.66x faster than the tile kernel at d = 2**25, 0.91-1.24x at
+    d = 2**22. Short runs are launch-bound and stay on the tile kernel.
+
+    It is exact in float32, and also serves "high" and "medium" (``fp32_passes`` 2 and 1), which
+    allow the tile kernel fewer bfloat16 passes: with one row tile their tile build still costs
+    more (``python benchmarks/sweep_few_rows.py --precision high medium``: 1.1-2.7x slower, GPT-2's
+    grouped launch 1.7x under "high"), except one pass with 17-32 rows and nnz 8, whose tile
+    kernel ran 1.3x faster at 32 x 2**22 -> 1024."""
+    if dtype == torch.float32 and fp32_passes == 1 and n > 16 and nnz < 16:
+        return False
     return n <= _SHUFFLE_MAX_ROWS.get(dtype, 0) and groups_per_program >= _SHUFFLE_RUN_GROUPS
 
 
@@ -588,7 +594,7 @@ def _forward(
         else tiling.gluon
     ):
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
-    shuffles = _shuffles(x.dtype, fp32_passes, n, per_split) if tiling.shuffle is None else tiling.shuffle
+    shuffles = _shuffles(x.dtype, fp32_passes, n, per_split, nnz) if tiling.shuffle is None else tiling.shuffle
     if shuffles and per_sm != _SHUFFLE_PROGRAMS_PER_SM:
         block_m, width, tiles, splits, per_split = _grid(
             x,
