@@ -228,6 +228,34 @@ def test_sparse_jl_blocks_groups_one_launch_per_dtype_and_run(monkeypatch, kerne
     assert torch.allclose(got.cpu(), want.cpu(), atol=1e-5, rtol=1e-5)
 
 
+def test_sparse_jl_blocks_of_any_rank_and_order(monkeypatch, kernel_device, rng):
+    """A block (n, ...) holds the columns of its reshape (n, -1). Contiguous ones of any rank and
+    row-strided 2-D ones join the grouped launch, read in place; others take sparse_jl on the
+    reshape. Blocks may come in any column order."""
+    from sjlt.ops import layouts
+
+    launches = []
+    grouped = layouts.triton_forward_blocks
+    monkeypatch.setattr(
+        layouts, "triton_forward_blocks", lambda blocks, *a: launches.append(len(blocks)) or grouped(blocks, *a)
+    )
+    wide = torch.randn(4, 50, generator=rng).to(kernel_device)
+    blocks = [
+        (41, torch.randn(4, 7, 3, generator=rng).to(kernel_device).transpose(1, 2)),  # not contiguous: alone
+        (0, torch.randn(4, 3, 7, generator=rng).to(kernel_device)),
+        (62, torch.randn(4, 2, 2, 5, generator=rng).to(kernel_device)),
+        (21, wide[:, 5:25]),  # rows 50 elements apart
+    ]
+    full = torch.zeros(4, 82, dtype=torch.float64)
+    for first, x in blocks:
+        flat = x.reshape(4, -1)
+        full[:, first : first + flat.shape[1]] = flat.double().cpu()
+    got = F.sparse_jl_blocks(blocks, 256, seed=3, backend="triton")
+    assert launches == [3]
+    want = full @ _dense_matrix(82, 256, 3).T
+    assert torch.allclose(got.double().cpu(), want, atol=1e-5, rtol=1e-5)
+
+
 def test_sparse_jl_blocks_is_differentiable_where_a_block_needs_a_gradient(kernel_device, rng):
     blocks = _ragged_blocks(rng, 4, [30, 50], kernel_device)
     leaf = blocks[1][1].clone().requires_grad_()
@@ -244,7 +272,7 @@ def test_sparse_jl_blocks_is_differentiable_where_a_block_needs_a_gradient(kerne
         (torch.zeros(3, 4), TypeError, "sequence"),
         ([torch.zeros(3, 4)], TypeError, "pair"),
         ([(0, torch.zeros(3, 4, dtype=torch.int32))], TypeError, "floating-point"),
-        ([(0, torch.zeros(3, 4, 2))], ValueError, "2-D"),
+        ([(0, torch.zeros(3))], ValueError, "at least 2 dimensions"),
         ([(-1, torch.zeros(3, 4))], ValueError, "column_offset"),
         ([(0, torch.zeros(3, 4)), (4, torch.zeros(2, 4))], ValueError, "same rows"),
     ],

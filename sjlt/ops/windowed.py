@@ -477,9 +477,12 @@ def forward_blocks(
     Each split of the launch runs its share of the blocks' groups as segments (``_segment``) and the
     splits' partials are summed in a fixed order, so the result is bitwise reproducible but rounds
     differently from the per-block sum. The caller (``sjlt.functional.sparse_jl_blocks``) passes
-    2-D CUDA blocks of one dtype and row count, each with unit column stride and at least one
-    column; x_ptr of the launch is the first block, the others are element offsets from it."""
+    CUDA blocks (n, ...) of one dtype and row count n, each row a contiguous run of at least one
+    element, x.stride(0) after the previous one (the columns of a block are its entries past the
+    first dimension); x_ptr of the launch is the first block, the others are element offsets from
+    it."""
     x = blocks[0][1]
+    x = x if x.dim() == 2 else x.view(x.shape[0], -1)
     spans = _spans(blocks, x, column_offset, spec.windows_per_block(out_features, nnz))
     first = int(spans[:, 2].min())
     end = int((spans[:, 2] + spans[:, 1]).max())
@@ -492,8 +495,9 @@ def _spans(blocks: list, x: torch.Tensor, column_offset: int, windows: int) -> n
     """The blocks (first column, tensor) of a grouped launch as (blocks, 6) int64 rows, built in one
     pass over the blocks (GPT-2 small passes 148 per call): element offset from x, width, first
     column of S, row stride, and first and end group (``windows`` chunks of 16 columns per group)."""
+    n = x.shape[0]
     rows = np.array(
-        [(block.data_ptr(), block.shape[1], column, block.stride(0)) for column, block in blocks], dtype=np.int64
+        [(block.data_ptr(), block.numel() // n, column, block.stride(0)) for column, block in blocks], dtype=np.int64
     )
     offsets, remainders = np.divmod(rows[:, 0] - x.data_ptr(), x.element_size())
     if remainders.any():  # a view reinterpreted from another dtype at an odd byte offset
