@@ -10,7 +10,12 @@ tokens with its language-model loss.
     ``SJLTProjector.project`` of that dict at each k (one grouped launch over all parameters, with
     their column offsets), beside one ``sparse_jl`` call per parameter, for float32 gradients
     (exact, and under ``torch.set_float32_matmul_precision("high")``) and a bfloat16 model, and
-    reports the projection's share of the step: TRAK's goal is under 10%.
+    reports the projection's share of the step: TRAK's goal is under 10%. Two ways: the
+    projection timed alone (synchronised before and after, so its host work before the first
+    launch counts in full), and its span in the step's own GPU timeline (CUDA events recorded
+    before the gradients, after them and after the projection, with no synchronisation between:
+    as in TRAK's loop, the projection's host work then overlaps the gradients still running, and
+    any GPU idle time waiting on it still counts).
 (b) **Memory.** ``sjlt.attribution.project_per_example_gradients`` (one group of parameters at a
     time, ``--budget-mib`` of per-example gradients at once) against the naive path (all
     per-example gradients, flattened into (batch, 124M) with ``torch.cat``, then projected): peak
@@ -137,6 +142,30 @@ def timed(fn, device: torch.device, repeats: int):
     return statistics.median(seconds), result
 
 
+def step_spans(gradients, project, device: torch.device, repeats: int):
+    """(median ms of the projection's span in a featurize step's GPU timeline, median ms of the
+    step, median share): events before the gradients, after them and after the projection, no
+    synchronisation in between. None off CUDA."""
+    if device.type != "cuda":
+        return None
+    spans, steps, shares = [], [], []
+    for index in range(repeats + 1):  # the first is a warm-up
+        torch.cuda.synchronize(device)
+        start, middle, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        start.record()
+        grads = gradients()
+        middle.record()
+        project(grads)
+        end.record()
+        end.synchronize()
+        grads = None
+        if index:
+            spans.append(middle.elapsed_time(end))
+            steps.append(start.elapsed_time(end))
+            shares.append(spans[-1] / steps[-1])
+    return statistics.median(spans), statistics.median(steps), statistics.median(shares)
+
+
 def copy_bandwidth(device: torch.device) -> float | None:
     """Bytes per second of a 1 GiB device-to-device copy (read + write), median of 5, or None off CUDA."""
     if device.type != "cuda":
@@ -157,24 +186,35 @@ def featurize_table(model, args) -> str:
         f"comparison, one `sparse_jl` per parameter (`project_gradient_blocks`). Floor: the "
         f"gradients' bytes over the measured copy bandwidth"
         + (f" ({bandwidth / 1e9:.0f} GB/s)" if bandwidth else "")
-        + "; share: projection / (gradients + projection), TRAK's goal under 10%.",
+        + "; share: projection / (gradients + projection), TRAK's goal under 10%. Alone: timed with a "
+        "synchronisation before and after. In the step: the projection's span in the step's GPU timeline "
+        "(events after the gradients and after the projection, none between), and its median share of the step.",
         "",
-        "| gradients | batch | gradients ms | k | projection ms | % of floor | share | per parameter ms | share |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| gradients | batch | gradients ms | k | alone ms | % of floor | share | in the step ms | share "
+        "| per parameter ms | share |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label in args.variants:
         dtype, precision = VARIANTS[label]
         typed = model.to(dtype)
         for batch in args.batches:
             tokens = torch.randint(0, model.config.vocab_size, (batch, args.seq), device=args.device)
-            gradient_seconds, grads = timed(lambda: all_gradients(typed, tokens), args.device, args.repeats)
-            floor = sum(g.numel() * g.element_size() for g in grads.values()) / bandwidth if bandwidth else None
             previous = torch.get_float32_matmul_precision()
-            torch.set_float32_matmul_precision(precision)
+            torch.set_float32_matmul_precision(precision)  # the gradients' matmuls follow it too
             try:
+                gradient_seconds, grads = timed(lambda: all_gradients(typed, tokens), args.device, args.repeats)
+                floor = sum(g.numel() * g.element_size() for g in grads.values()) / bandwidth if bandwidth else None
                 for k in args.ks:
                     projector = SJLTProjector(grad_dim, k, seed=0, device=args.device)
                     seconds, _ = timed(lambda: projector.project(grads, 0), args.device, args.repeats)
+                    grads = None  # the step makes its own
+                    in_step = step_spans(
+                        lambda: all_gradients(typed, tokens),
+                        lambda g: projector.project(g, 0),
+                        args.device,
+                        args.repeats,
+                    )
+                    grads = all_gradients(typed, tokens)
                     blocks = projector._blocks(grads)
                     per_parameter, _ = timed(
                         lambda: project_gradient_blocks(blocks, k, seed=0, device=args.device),
@@ -184,7 +224,9 @@ def featurize_table(model, args) -> str:
                     lines.append(
                         f"| {label} | {batch} | {gradient_seconds * 1e3:.1f} | {k} | {seconds * 1e3:.2f} | "
                         + (f"{100 * floor / seconds:.0f}%" if floor else "n/a")
-                        + f" | {100 * seconds / (seconds + gradient_seconds):.1f}% | {per_parameter * 1e3:.1f} | "
+                        + f" | {100 * seconds / (seconds + gradient_seconds):.1f}% | "
+                        + (f"{in_step[0]:.2f} | {100 * in_step[2]:.1f}%" if in_step else "n/a | n/a")
+                        + f" | {per_parameter * 1e3:.1f} | "
                         f"{100 * per_parameter / (per_parameter + gradient_seconds):.1f}% |"
                     )
             finally:
