@@ -71,8 +71,8 @@ def model_seed(seed: int, model_id: int) -> int:
 def _checked_gradient(name: str, tensor, rows: int | None) -> torch.Tensor:
     """``tensor`` (batch, ...), after checking it is a real float tensor with ``rows`` examples
     (None: any); a (batch,) tensor as (batch, 1). Not reshaped further: a grouped launch reads a
-    contiguous (batch, ...) gradient as it is, and a reshape per parameter cost the host about
-    1-3 µs of GPT-2's 148 per call."""
+    contiguous (batch, ...) gradient as it is, where a reshape cost the host about 1-3 µs per
+    parameter, 148 times per GPT-2 call."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"gradient {name!r} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dtype not in TORCH_FLOAT_DTYPES:

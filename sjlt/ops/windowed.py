@@ -247,9 +247,10 @@ def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: 
 
     It is exact in float32, and also serves "high" and "medium" (``fp32_passes`` 2 and 1), which
     allow the tile kernel fewer bfloat16 passes: with one row tile their tile build still costs
-    more (``python benchmarks/sweep_few_rows.py --precision high medium``: 1.1-2.7x slower, GPT-2's
-    grouped launch 1.7x under "high"), except one pass with 17-32 rows and nnz 8, whose tile
-    kernel ran 1.3x faster at 32 x 2**22 -> 1024."""
+    more (``python benchmarks/sweep_few_rows.py --precision high medium``: 1.1-2.7x slower where
+    runs are long, GPT-2's grouped launch 1.7x under "high"; 0.93x at 32 x 2**22 -> 1024 under
+    "high"), except one pass with 17-32 rows and nnz 8, whose tile kernel ran 1.3x faster at
+    32 x 2**22 -> 1024."""
     if dtype == torch.float32 and fp32_passes == 1 and n > 16 and nnz < 16:
         return False
     return n <= _SHUFFLE_MAX_ROWS.get(dtype, 0) and groups_per_program >= _SHUFFLE_RUN_GROUPS
