@@ -143,12 +143,12 @@ def timed(fn, device: torch.device, repeats: int):
 
 
 def step_spans(gradients, project, device: torch.device, repeats: int):
-    """(median ms of the projection's span in a featurize step's GPU timeline, median ms of the
-    step, median share): events before the gradients, after them and after the projection, no
+    """(median ms of the projection's span in a featurize step's GPU timeline, its median share of
+    the step): events before the gradients, after them and after the projection, no
     synchronisation in between. None off CUDA."""
     if device.type != "cuda":
         return None
-    spans, steps, shares = [], [], []
+    spans, shares = [], []
     for index in range(repeats + 1):  # the first is a warm-up
         torch.cuda.synchronize(device)
         start, middle, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
@@ -161,9 +161,8 @@ def step_spans(gradients, project, device: torch.device, repeats: int):
         grads = None
         if index:
             spans.append(middle.elapsed_time(end))
-            steps.append(start.elapsed_time(end))
-            shares.append(spans[-1] / steps[-1])
-    return statistics.median(spans), statistics.median(steps), statistics.median(shares)
+            shares.append(spans[-1] / start.elapsed_time(end))
+    return statistics.median(spans), statistics.median(shares)
 
 
 def copy_bandwidth(device: torch.device) -> float | None:
@@ -207,7 +206,7 @@ def featurize_table(model, args) -> str:
                 for k in args.ks:
                     projector = SJLTProjector(grad_dim, k, seed=0, device=args.device)
                     seconds, _ = timed(lambda: projector.project(grads, 0), args.device, args.repeats)
-                    grads = None  # the step makes its own
+                    grads = blocks = None  # the step makes its own gradients: one set alive at a time
                     in_step = step_spans(
                         lambda: all_gradients(typed, tokens),
                         lambda g: projector.project(g, 0),
@@ -225,7 +224,7 @@ def featurize_table(model, args) -> str:
                         f"| {label} | {batch} | {gradient_seconds * 1e3:.1f} | {k} | {seconds * 1e3:.2f} | "
                         + (f"{100 * floor / seconds:.0f}%" if floor else "n/a")
                         + f" | {100 * seconds / (seconds + gradient_seconds):.1f}% | "
-                        + (f"{in_step[0]:.2f} | {100 * in_step[2]:.1f}%" if in_step else "n/a | n/a")
+                        + (f"{in_step[0]:.2f} | {100 * in_step[1]:.1f}%" if in_step else "n/a | n/a")
                         + f" | {per_parameter * 1e3:.1f} | "
                         f"{100 * per_parameter / (per_parameter + gradient_seconds):.1f}% |"
                     )
