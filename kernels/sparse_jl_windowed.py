@@ -1076,11 +1076,9 @@ def _sort_slots(
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
     SLOTS: tl.constexpr,
-    ENDS: tl.constexpr = False,
 ):
     """Write the table chunks at ``window`` of groups [first, min(first + SLOTS, g_end)) to
-    ``slots_ptr``, ordered by slope a_c (stably), and return how many there are. With ENDS, also
-    the end of each slope's slots, after the SLOTS slots."""
+    ``slots_ptr``, ordered by slope a_c (stably), and return how many there are."""
     groups = first + tl.arange(0, SLOTS)
     valid = groups < g_end
     chunk = _window_chunk(rotations_ptr, tl.minimum(groups, g_end - 1), window, windows, band, BANDS)
@@ -1096,8 +1094,6 @@ def _sort_slots(
         member = (key == slope).to(tl.int32)
         rank += member * (start + tl.cumsum(member, 0) - 1)
         start += tl.sum(member, 0)
-        if ENDS:
-            tl.store(slots_ptr + SLOTS + slope, start)
     tl.store(slots_ptr + rank, chunk.to(tl.int32), mask=valid)
     return tl.minimum(g_end - first, SLOTS)
 

@@ -264,7 +264,6 @@ def test_shuffle_forward_sorts_runs_longer_than_its_slots(
     counts (8 and 6 for nnz 9; 5, 6, 4 and 7 grouped) leave every remainder of the three-slot
     passes."""
     monkeypatch.setattr(windowed, "_SHUFFLE_SLOTS", 8)
-    monkeypatch.setattr(windowed, "_LANE_SLOTS", 8)
     n, offset, seed = 7, 2**33 + 9, 2**62 + 7
     tiling = Tiling(splits=splits, shuffle=True, blocks=(16,))
     if grouped:

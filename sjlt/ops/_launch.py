@@ -81,9 +81,7 @@ class Tiling(NamedTuple):
     only with one dot per step); ``shuffle``: whether the windowed forward runs on the CUDA cores
     (``sparse_jl_windowed_shuffle_forward_kernel``) instead of multiplying tiles; ``gluon``: whether
     a half-type windowed forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``;
-    True needs an eligible input and GPU); ``lanes``: whether a half-type forward that ``shuffle``
-    sends off the tile kernel takes per-lane tensor-core products
-    (``sparse_jl_windowed_lane_forward_kernel``) instead of the CUDA cores."""
+    True needs an eligible input and GPU)."""
 
     splits: int | None = None
     blocks: tuple | None = None
@@ -95,7 +93,6 @@ class Tiling(NamedTuple):
     pipelined: bool | None = None
     shuffle: bool | None = None
     gluon: bool | None = None
-    lanes: bool | None = None
 
 
 #: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run

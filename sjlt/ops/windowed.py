@@ -522,14 +522,6 @@ _SHUFFLE_PROGRAMS_PER_SM = 64
 #: launches"): 64 keeps the previous kernel's 168 registers at 16 rows; 256 sorted in one [256, 16]
 #: one-hot took 253 and ran no faster than before.
 _SHUFFLE_SLOTS = 64
-#: Whether few-row half-type forwards take per-lane tensor-core products (design 12).
-_LANE_PRODUCTS = True
-#: Programs (four warps each) per SM that the per-lane forward's splits aim for.
-_LANE_PROGRAMS_PER_SM = 16
-#: Groups the per-lane forward sorts by slope at a time: each slope's chunks fill products of 16.
-_LANE_SLOTS = 512
-#: Software-pipeline stages of the per-lane forward's product loop (Triton's pipeliner).
-_LANE_STAGES = 3
 #: Programs per SM that a grouped launch's splits aim for. H100, GPT-2 small's 148 gradients
 #: (benchmarks/NOTES.md, "Grouped launches"): n = 16 float32 ran 1.25-1.4x faster with 32-64 than
 #: with 8 (k = 2048: 14.8 -> 10.7 ms; 8192: 13.3 -> 10.6), bfloat16 1.02-1.2x, n = 32 1.0-1.23x;
@@ -589,7 +581,6 @@ def _forward(
         sparse_jl_windowed_forward_kernel,
         sparse_jl_windowed_shuffle_forward_kernel,
     )
-    from ..kernels.sparse_jl_windowed_lanes import sparse_jl_windowed_lane_forward_kernel
 
     n, d = x.shape
     groups = tables.groups if spans is None else int((spans[:, 5] - spans[:, 4]).sum())
@@ -609,21 +600,7 @@ def _forward(
     ):
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
     shuffles = _shuffles(x.dtype, fp32_passes, n, per_split, nnz) if tiling.shuffle is None else tiling.shuffle
-    lanes = shuffles and x.dtype != torch.float32 and (_LANE_PRODUCTS if tiling.lanes is None else tiling.lanes)
-    if lanes:
-        block_m, width, tiles, splits, per_split = _grid(
-            x,
-            nnz,
-            groups,
-            tables.windows,
-            tiling.splits,
-            block_m,
-            out_features,
-            bands,
-            input_bytes,
-            _LANE_PROGRAMS_PER_SM,
-        )
-    elif shuffles and per_sm != _SHUFFLE_PROGRAMS_PER_SM:
+    if shuffles and per_sm != _SHUFFLE_PROGRAMS_PER_SM:
         block_m, width, tiles, splits, per_split = _grid(
             x,
             nnz,
@@ -683,20 +660,7 @@ def _forward(
         SEGMENTS=spans is not None,
         SEGMENT_MULTIPLE=segments.multiple,
     )
-    if lanes:
-        slots = _buffers.empty((tiles * splits * (_LANE_SLOTS + spec.WINDOW),), torch.int32, x.device)
-        sparse_jl_windowed_lane_forward_kernel[(tiles, splits)](
-            *arguments[:7],
-            slots,
-            *arguments[7:],
-            **layout,
-            BLOCK_M=max(block_m, 16),
-            SLOTS=_LANE_SLOTS,
-            DOT_DTYPE=dot_type,
-            num_warps=tiling.num_warps or 4,
-            num_stages=tiling.num_stages or _LANE_STAGES,
-        )
-    elif shuffles:
+    if shuffles:
         slots = _buffers.empty((tiles * splits * _SHUFFLE_SLOTS,), torch.int32, x.device)
         sparse_jl_windowed_shuffle_forward_kernel[(tiles, splits)](
             *arguments[:7],
