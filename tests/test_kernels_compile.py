@@ -229,6 +229,7 @@ def _variants():
                     forward_signature,
                     {
                         **const,
+                        "FOLDS": const["FOLDS"] and spec.band_count(nnz) > 1,  # one band folds in 64 rows
                         "BLOCK_M": windowed._WIDE_ROWS,
                         "GROUPS": 4,
                         "UNROLL": 1,

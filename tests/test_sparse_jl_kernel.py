@@ -294,11 +294,14 @@ def test_wide_row_forward_matches_reference(kernel_device, rng, dtype):
 
 
 def test_wide_rows_rule():
-    """128-row programs for pipelined half-type forwards with at least 128 rows only."""
+    """128-row programs for pipelined half-type forwards with at least 128 rows, unless one band
+    folds rows."""
     rule = windowed._wide_rows
     assert rule(torch.bfloat16, 128, True) and rule(torch.float16, 10**6, True)
     assert not rule(torch.bfloat16, 127, True) and not rule(torch.bfloat16, 4096, False)
     assert not rule(torch.float32, 4096, True)
+    assert rule(torch.bfloat16, 4096, True, one_band_fold=False)
+    assert not rule(torch.bfloat16, 4096, True, one_band_fold=True)
 
 
 def test_shuffle_forward_rule():

@@ -220,14 +220,17 @@ def _partial_first(dtype: torch.dtype) -> bool:
     return dtype == torch.float32
 
 
-def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool) -> bool:
+def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, one_band_fold: bool = False) -> bool:
     """Whether a half-type forward with pipelined steps (long runs) takes 128-row programs (still 4
     warps). H100 (``sweep_windowed.py --block-m 128 --warps 4 --pipelined``, benchmarks/RESULTS.md):
     1.07x faster at 4096 x 2**17 and 1.30x at 1024 x 2**20 -> 8192 than 64 rows, as the tile built
     per step serves twice the rows (measured at nnz 16; the one-band programs of nnz <= 8 have the
     same shape); float32 (whose three-pass step holds more registers) and 8 warps run slower. Fewer
-    rows than that would only fill the tile with masked rows."""
-    return dtype != torch.float32 and pipelined and n >= _WIDE_ROWS
+    rows than that would only fill the tile with masked rows. Not where one band (nnz <= 8) folds
+    rows (k off the lattice): there 64 rows ran 1.29-1.44x faster (H100, bfloat16, k = 300-1500 at
+    4096 x 2**17, 1000 at 1024 x 2**20 and 16384 x 2**15; 1.02x at 4096 x 2**17 -> 2000), where
+    with two bands 128 rows won as often as they lost (0.71-1.38x; benchmarks/NOTES.md, "Any k")."""
+    return dtype != torch.float32 and pipelined and n >= _WIDE_ROWS and not one_band_fold
 
 
 #: Rows of a wide half-type forward program (:func:`_wide_rows`).
@@ -617,7 +620,7 @@ def _forward(
         # a grouped launch keeps the aligned steps: its misaligned segments were not measured
         aligned = spans is not None or _aligned_chunks(x, column_offset)
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
-        if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined):
+        if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, fold > 0 and bands == 1):
             block_m, width, tiles, splits, per_split = _grid(
                 x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes, per_sm
             )
