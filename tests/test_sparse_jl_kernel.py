@@ -304,6 +304,20 @@ def test_wide_rows_rule():
     assert not rule(torch.bfloat16, 4096, True, one_band_fold=True)
 
 
+def test_forward_asks_the_wide_rows_rule_about_its_fold(kernel_device, rng, monkeypatch):
+    """The forward tells ``_wide_rows`` whether one band folds rows: k = 1000 (nnz 8, folded), not
+    for 1024 (the lattice) or 4000 (two bands, folded). The rule's answer is recorded, then 64
+    rows are kept so that the interpreter stays quick."""
+    asked = []
+    monkeypatch.setattr(
+        windowed, "_wide_rows", lambda dtype, n, pipelined, one_band_fold=False: asked.append(one_band_fold)
+    )
+    x = torch.randn(21, 1024, generator=rng).to(BF16).to(kernel_device)
+    for k in (1000, 1024, 4000):
+        windowed.forward(x, k, *_key(5), spec.default_nnz(k), 0, Tiling(splits=1))
+    assert asked == [True, False, False]
+
+
 def test_shuffle_forward_rule():
     """At most 32 rows and runs of 240 groups or more, in any precision, except one float32 pass
     with more than 16 rows and nnz under 16."""
