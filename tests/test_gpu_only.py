@@ -83,6 +83,25 @@ def test_float32_error_at_long_d(n, d, k):
     assert float((y.double() - want).abs().max() / want.abs().max()) <= 1e-5
 
 
+@pytest.mark.parametrize("k,rows", [(1000, 64), (3000, 128)])
+def test_folded_half_type_forward_with_long_runs_matches_reference(monkeypatch, k, rows):
+    """Folded k with at least 128 rows and long runs (256 and 171 groups in one split): one band
+    (k = 1000) in 64-row programs, two bands (3000) in 128-row ones (``windowed._wide_rows``);
+    several row tiles and an aligned column offset. The interpreter's 16-row tiles reach neither."""
+    grids = []
+    grid = windowed._grid
+    monkeypatch.setattr(windowed, "_grid", lambda *args, **kwargs: grids.append(grid(*args, **kwargs)) or grids[-1])
+    n, d, offset = 300, 2**15, 2**33 + 16
+    nnz = sjlt.spec.default_nnz(k)
+    assert sjlt.spec.max_fold(k, nnz) > 0
+    x = torch.randn(n, d, device="cuda").to(torch.bfloat16)
+    key = sjlt.spec.philox_key(8)
+    y = windowed.forward(x, k, *key, nnz, offset, Tiling(splits=1))
+    assert grids[-1][0] == rows  # the launch's BLOCK_M
+    want = reference.sparse_jl_forward(x.double(), k, seed=8, nnz=nnz, column_offset=offset)
+    assert float((y.double() - want).abs().max() / want.abs().max()) < 1e-2
+
+
 # Two bands with long runs (one launch over the sorted order table), two and three bands with
 # short ones (a launch per band, through a float32 workspace).
 @pytest.mark.parametrize("n,d,nnz", [(2048, 2**16, 16), (96, 3000, 16), (96, 3000, 24)])
