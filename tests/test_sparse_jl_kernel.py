@@ -664,6 +664,41 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
     assert _launch.splits_to_fill(64, 4096, 8, torch.device("cpu"), summed) == 1
 
 
+def test_split_partials_pad_their_rows_to_16_elements():
+    """The forward's float32 partials start each row on a 64-byte boundary whatever k is, so that
+    no two programs write parts of one 32-byte sector; Y itself (one split) is not padded."""
+    from sjlt.ops import _launch
+
+    x = torch.empty(0, dtype=torch.bfloat16)
+    for k, padded in ((2500, 2512), (2512, 2512), (17, 32)):
+        out, stride_split = _launch.forward_output(3, k, 2, x)
+        assert out.shape == (2, 3, k) and out.dtype == torch.float32
+        assert out.stride() == (3 * padded, padded, 1) and stride_split == 3 * padded
+    y, stride_split = _launch.forward_output(3, 2500, 1, x)
+    assert y.shape == (3, 2500) and y.is_contiguous() and y.dtype == torch.bfloat16 and stride_split == 0
+
+
+def test_folded_wide_forward_splits_for_one_program_per_sm(kernel_device, rng, monkeypatch):
+    """A two-band forward with folded rows in wide programs asks for splits only up to one program
+    per SM (k = 4000); on the lattice (k = 4096) the wide programs keep the forward's 8 per SM. The
+    wide rows are forced; the per-SM targets of the forward's grids are recorded."""
+    monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, one_band_fold=False: True)
+    asked = []
+    grid = windowed._grid
+
+    def recorded(*args):
+        asked[-1].append(args[9])
+        return grid(*args)
+
+    monkeypatch.setattr(windowed, "_grid", recorded)
+    x = torch.randn(21, 256, generator=rng).to(BF16).to(kernel_device)
+    for k in (4000, 4096):
+        asked.append([])
+        y = windowed.forward(x, k, *_key(5), 16, 0)
+        assert y.shape == (21, k)
+    assert asked == [[8, windowed._FOLDED_WIDE_PROGRAMS_PER_SM], [8, 8]] and windowed._FOLDED_WIDE_PROGRAMS_PER_SM == 1
+
+
 @pytest.mark.parametrize("name", ["workspace_bytes", "dense_cache_bytes"])
 @pytest.mark.parametrize("value,error", [(-1, ValueError), (1.5e8, TypeError), (True, TypeError), ("64MB", TypeError)])
 def test_bad_byte_budgets_are_clear_errors(monkeypatch, name, value, error):

@@ -235,6 +235,13 @@ def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, one_band_fold: bool 
 
 #: Rows of a wide half-type forward program (:func:`_wide_rows`).
 _WIDE_ROWS = 128
+#: Programs per SM that the splits of a wide forward with folded rows aim for: one, so that such a
+#: forward splits only where its row tiles leave SMs idle. Its kernel in 128-row programs runs
+#: 1.2-1.5x slower writing float32 partials than writing Y (at 255 registers the two compile to
+#: different loops), so splitting cost more than it gained wherever the tiles fill the SMs once. H100,
+#: bfloat16, k = 2100-7000 with two bands, n = 1024-4096 (1 GiB of input): one split 0.58-0.99x the
+#: time of the 2-8 splits that 8 programs per SM asked for (benchmarks/NOTES.md, "Any k", item 13).
+_FOLDED_WIDE_PROGRAMS_PER_SM = 1
 
 
 def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: int, nnz: int) -> bool:
@@ -621,8 +628,9 @@ def _forward(
         aligned = spans is not None or _aligned_chunks(x, column_offset)
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
         if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, fold > 0 and bands == 1):
+            wide_per_sm = _FOLDED_WIDE_PROGRAMS_PER_SM if fold and spans is None else per_sm
             block_m, width, tiles, splits, per_split = _grid(
-                x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes, per_sm
+                x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes, wide_per_sm
             )
     if spans is None:
         out, stride_split = forward_output(n, out_features, splits, x)
