@@ -491,6 +491,25 @@ def test_transpose_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, of
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("k,d,padded", [(100, 1600, 112), (100, 1599, None), (96, 4000, None)])
+def test_transpose_pads_y_rows_off_16_when_z_is_16x_larger(kernel_device, rng, monkeypatch, k, d, padded):
+    """A y whose row stride is not a multiple of 16 elements reaches the kernel as a copy with rows
+    padded to 16 when Z has at least 16x its columns (k = 100, d = 1600), else as given (d = 1599,
+    or k = 96 on 16); Z matches the reference either way. y is a strided view, so that the copy
+    also has to follow its strides."""
+    strides = []
+    launch = windowed._transpose_band
+    monkeypatch.setattr(
+        windowed, "_transpose_band", lambda y, *args, **kw: strides.append(y.stride()) or launch(y, *args, **kw)
+    )
+    y = torch.randn(6, 2 * k, generator=rng).to(BF16)[:, ::2]
+    nnz = spec.default_nnz(k)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=4, nnz=nnz)
+    got = windowed.transpose(y.to(kernel_device), d, *_key(4), nnz, 0)
+    assert strides and set(strides) == {(padded, 1) if padded else (2 * k, 2)}
+    assert _relative_error(got, want) <= TOLERANCE[BF16]
+
+
 @pytest.mark.parametrize("k", [40, 64])  # classic, windowed
 def test_kernels_read_strided_inputs(kernel_device, rng, k):
     base = torch.randn(90, 2 * 150, generator=rng)

@@ -719,6 +719,8 @@ def transpose(
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
+    if y.stride(0) % spec.WINDOW and k * _PADDED_Y_MAX_SHARE <= in_features:
+        y = _buffers.empty((n, -(-k // spec.WINDOW) * spec.WINDOW), y.dtype, y.device)[:, :k].copy_(y)
     bands = spec.band_count(nnz)
     if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
         _transpose_band(
@@ -757,6 +759,14 @@ def transpose(
                     tiling,
                 )
     return z
+
+
+#: A transpose copies y into rows padded to 16 elements when y's row stride is not a multiple of 16
+#: (k off 16) and the copy is at most 1/16 of Z: the kernels specialise on strides that 16 divides.
+#: H100 (benchmarks/NOTES.md, "Any k", item 14), 4096 x 2**17: bfloat16 k = 1000 0.71 -> 0.64 ms and
+#: 2100 1.91 -> 1.32, float32 k = 2100-7000 1.06-1.16x faster, the copy included; on 65536 x 2**14,
+#: where y is 6-43% of Z's size, the copy cost more than it saved.
+_PADDED_Y_MAX_SHARE = 16
 
 
 #: Groups per window and program from which the two-band transpose runs in one launch: its
