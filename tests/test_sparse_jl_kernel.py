@@ -491,23 +491,26 @@ def test_transpose_matches_reference(kernel_device, rng, dtype, n, d, k, nnz, of
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("k,d,padded", [(100, 1600, 112), (100, 1599, None), (96, 4000, None)])
-def test_transpose_pads_y_rows_off_16_when_z_is_16x_larger(kernel_device, rng, monkeypatch, k, d, padded):
-    """A y whose row stride is not a multiple of 16 elements reaches the kernel as a copy with rows
-    padded to 16 when Z has at least 16x its columns (k = 100, d = 1600), else as given (d = 1599,
-    or k = 96 on 16); Z matches the reference either way. y is a strided view, so that the copy
-    also has to follow its strides."""
+@pytest.mark.parametrize(
+    "dtype,k,d,padded",
+    [(BF16, 100, 1600, 112), (BF16, 100, 1599, None), (BF16, 96, 4000, None), (F32, 100, 1600, None)],
+)
+def test_transpose_pads_y_rows_off_16_when_z_is_16x_larger(kernel_device, rng, monkeypatch, dtype, k, d, padded):
+    """A half-type y whose row stride is not a multiple of 16 elements reaches the kernel as a copy
+    with rows padded to 16 when Z has at least 16x its columns (k = 100, d = 1600), else as given
+    (d = 1599, or k = 96 on 16; float32 with one band); Z matches the reference either way. y is a
+    strided view, so that the copy also has to follow its strides."""
     strides = []
     launch = windowed._transpose_band
     monkeypatch.setattr(
         windowed, "_transpose_band", lambda y, *args, **kw: strides.append(y.stride()) or launch(y, *args, **kw)
     )
-    y = torch.randn(6, 2 * k, generator=rng).to(BF16)[:, ::2]
+    y = torch.randn(6, 2 * k, generator=rng).to(dtype).to(kernel_device)[:, ::2]
     nnz = spec.default_nnz(k)
-    want = reference.sparse_jl_transpose(y.double(), d, seed=4, nnz=nnz)
-    got = windowed.transpose(y.to(kernel_device), d, *_key(4), nnz, 0)
+    want = reference.sparse_jl_transpose(y.cpu().double(), d, seed=4, nnz=nnz)
+    got = windowed.transpose(y, d, *_key(4), nnz, 0)
     assert strides and set(strides) == {(padded, 1) if padded else (2 * k, 2)}
-    assert _relative_error(got, want) <= TOLERANCE[BF16]
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("k", [40, 64])  # classic, windowed
@@ -751,6 +754,17 @@ def test_partial_first_rule():
     only (the H100 comparison in benchmarks/RESULTS.md)."""
     assert windowed._partial_first(torch.float32)
     assert not windowed._partial_first(torch.bfloat16) and not windowed._partial_first(torch.float16)
+
+
+def test_pads_y_rule():
+    """y is padded where its row stride is off 16, Z has 16x its columns, and it is a half type or
+    S has two bands (the H100 measurements in benchmarks/NOTES.md)."""
+    rule = windowed._pads_y
+    y32, y16 = torch.empty(4, 2500), torch.empty(4, 2500, dtype=torch.bfloat16)
+    assert rule(y32, 40000, 2) and rule(y16, 40000, 1) and rule(y16, 40000, 2)
+    assert not rule(y32, 40000, 1) and not rule(y16, 39999, 2)
+    assert not rule(torch.empty(4, 2512, dtype=torch.bfloat16), 40192, 2)
+    assert rule(torch.empty(4, 2512, dtype=torch.bfloat16)[:, :2500], 40000, 2) is False  # stride 2512
 
 
 def test_transpose_pipelined_rule():

@@ -719,9 +719,9 @@ def transpose(
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
-    if y.stride(0) % spec.WINDOW and k * _PADDED_Y_MAX_SHARE <= in_features:
-        y = _buffers.empty((n, -(-k // spec.WINDOW) * spec.WINDOW), y.dtype, y.device)[:, :k].copy_(y)
     bands = spec.band_count(nnz)
+    if _pads_y(y, in_features, bands):
+        y = _buffers.empty((n, -(-k // spec.WINDOW) * spec.WINDOW), y.dtype, y.device)[:, :k].copy_(y)
     if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
         _transpose_band(
             y, z, z, 0, 0, tables, 0, nnz, in_features, column_offset, 0, tables.groups, tiling, paired=bands == 2
@@ -761,12 +761,17 @@ def transpose(
     return z
 
 
-#: A transpose copies y into rows padded to 16 elements when y's row stride is not a multiple of 16
-#: (k off 16) and the copy is at most 1/16 of Z: the kernels specialise on strides that 16 divides.
-#: H100 (benchmarks/NOTES.md, "Any k", item 14), 4096 x 2**17: bfloat16 k = 1000 0.71 -> 0.64 ms and
-#: 2100 1.91 -> 1.32, float32 k = 2100-7000 1.06-1.16x faster, the copy included; on 65536 x 2**14,
-#: where y is 6-43% of Z's size, the copy cost more than it saved.
-_PADDED_Y_MAX_SHARE = 16
+def _pads_y(y: torch.Tensor, in_features: int, bands: int) -> bool:
+    """Whether a transpose copies y into rows padded to 16 elements: where y's row stride is not a
+    multiple of 16 (k off 16), Z has at least 16x y's columns, and y is a half type or S has two
+    bands. The kernels specialise on strides that 16 divides. H100 (benchmarks/NOTES.md, "Any k",
+    item 14), 4096 x 2**17: bfloat16 k = 1000 0.71 -> 0.64 ms and 2100 1.91 -> 1.32, float32
+    k = 2100-7000 1.06-1.16x faster, the copy included; float32 with one band gained nothing and
+    lost 1.2x at k = 500; on 65536 x 2**14, where y is 6-43% of Z's size, the copy cost more than
+    it saved."""
+    return (
+        bool(y.stride(0) % spec.WINDOW) and y.shape[1] * 16 <= in_features and (y.dtype != torch.float32 or bands > 1)
+    )
 
 
 #: Groups per window and program from which the two-band transpose runs in one launch: its
