@@ -239,7 +239,7 @@ _WIDE_ROWS = 128
 #: forward splits only where its row tiles leave SMs idle. Its kernel in 128-row programs runs
 #: 1.2-1.5x slower writing float32 partials than writing Y (at 255 registers the two compile to
 #: different loops), so splitting cost more than it gained wherever the tiles fill the SMs once. H100,
-#: bfloat16, k = 2100-7000 with two bands, n = 1024-4096 (1 GiB of input): one split 0.58-0.99x the
+#: bfloat16, k = 2100-7000 with two bands, n = 1024-4096 (1 GiB of input): one split 0.60-0.99x the
 #: time of the 2-8 splits that 8 programs per SM asked for (benchmarks/NOTES.md, "Any k", item 13).
 _FOLDED_WIDE_PROGRAMS_PER_SM = 1
 
