@@ -830,7 +830,7 @@ def _forward_run(
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_om_plain"])
 def sparse_jl_windowed_forward_kernel(
     x_ptr,
     words_ptr,
@@ -853,6 +853,7 @@ def sparse_jl_windowed_forward_kernel(
     stride_om,
     stride_ok,
     stride_split,
+    stride_om_plain,
     NNZ: tl.constexpr,
     BLOCKS: tl.constexpr,
     BANDS: tl.constexpr,
@@ -867,6 +868,7 @@ def sparse_jl_windowed_forward_kernel(
     UNROLL: tl.constexpr,
     PROMOTE_EVERY: tl.constexpr,
     PIPELINED: tl.constexpr,
+    VECTOR_STORES: tl.constexpr,
 ):
     """out[split, m, window a of every block of one band] for this split's groups. Grid:
     (cdiv(n, BLOCK_M) * A * BANDS, splits); A and the band are the fastest axes so the programs
@@ -882,7 +884,14 @@ def sparse_jl_windowed_forward_kernel(
     PROMOTE_EVERY > 0 sums runs of that many steps in a fresh tensor-core accumulator and adds each
     run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
     truncates, so over hundreds of steps into one accumulator its error grows to 1.7e-5 of the
-    output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot."""
+    output (benchmarks/NOTES.md, design 5); a run per step would wait on every dot.
+
+    ``stride_om_plain`` is ``stride_om`` again, which Triton never specialises. Without
+    VECTOR_STORES the output tile is stored through it, element by element, whatever the stride:
+    vectorising those stores (from a stride that 16 divides) made the loop of the 128-row programs
+    that write Y (255 registers) spill and repack X (``windowed._vector_stores``)."""
+    if not VECTOR_STORES:
+        stride_om = stride_om_plain
     window, band, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, BANDS)
     offs_q = tl.arange(0, WIDTH)
     acc = tl.zeros((BLOCK_M, WIDTH), dtype=tl.float32)

@@ -210,23 +210,25 @@ def _variants():
                 for groups in (1, 10**6)
                 for aligned in (True, False)
             }
+            tile_signature = forward_signature | {"stride_om_plain": I64}  # the tile forward's own
             for groups, unroll, _, pipelined in sorted(steps):
                 yield (
                     "sparse_jl_windowed_forward_kernel",
-                    forward_signature,
+                    tile_signature,
                     {
                         **const,
                         "GROUPS": groups,
                         "UNROLL": unroll,
                         "PROMOTE_EVERY": promote_every(passes, 1000, Tiling()),
                         "PIPELINED": pipelined,
+                        "VECTOR_STORES": True,
                         **_segments(nnz, block_m),
                     },
                 )
             if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
                 yield (
                     "sparse_jl_windowed_forward_kernel",
-                    forward_signature,
+                    tile_signature,
                     {
                         **const,
                         "FOLDS": const["FOLDS"] and spec.band_count(nnz) > 1,  # one band folds in 64 rows
@@ -235,6 +237,7 @@ def _variants():
                         "UNROLL": 1,
                         "PROMOTE_EVERY": 0,
                         "PIPELINED": True,
+                        "VECTOR_STORES": False,
                         **_segments(nnz, block_m),
                     },
                 )

@@ -686,6 +686,41 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
     assert _launch.splits_to_fill(64, 4096, 8, torch.device("cpu"), summed) == 1
 
 
+def test_vector_stores_rule():
+    """Vectorised output stores everywhere but in wide programs that write Y itself (one split)."""
+    rule = windowed._vector_stores
+    assert rule(64, 1) and rule(64, 4) and rule(16, 1)
+    assert not rule(windowed._WIDE_ROWS, 1) and rule(windowed._WIDE_ROWS, 2)
+
+
+@pytest.mark.parametrize("wide,splits,vector", [(True, 1, False), (True, 2, True), (False, 1, True)])
+def test_forward_stores_as_the_vector_stores_rule_says(kernel_device, rng, monkeypatch, wide, splits, vector):
+    """The forward passes the rule's VECTOR_STORES to the tile kernel, and both store paths give the
+    reference's Y (bfloat16, k = 4096 with two bands; wide programs forced, as in a long run)."""
+    import sjlt.kernels.sparse_jl_windowed as kernels
+
+    monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, one_band_fold=False: wide)
+    passed = []
+    kernel = kernels.sparse_jl_windowed_forward_kernel
+
+    class Recorded:
+        def __getitem__(self, grid):
+            launch = kernel[grid]
+
+            def run(*args, **kwargs):
+                passed.append(kwargs["VECTOR_STORES"])
+                return launch(*args, **kwargs)
+
+            return run
+
+    monkeypatch.setattr(kernels, "sparse_jl_windowed_forward_kernel", Recorded())
+    x = torch.randn(21, 512, generator=rng).to(BF16)
+    want = reference.sparse_jl_forward(x.double(), 4096, seed=6, nnz=16)
+    got = windowed.forward(x.to(kernel_device), 4096, *_key(6), 16, 0, Tiling(splits=splits))
+    assert passed == [vector]
+    assert _relative_error(got, want) <= TOLERANCE[BF16]
+
+
 def test_split_partials_pad_their_rows_to_16_elements():
     """The forward's float32 partials start each row on a 64-byte boundary whatever k is, so that
     no two programs write parts of one 32-byte sector; Y itself (one split) is not padded."""

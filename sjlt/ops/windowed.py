@@ -235,6 +235,18 @@ def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, one_band_fold: bool 
 
 #: Rows of a wide half-type forward program (:func:`_wide_rows`).
 _WIDE_ROWS = 128
+
+
+def _vector_stores(block_m: int, splits: int) -> bool:
+    """Whether the tile forward stores its output tile in vectors (the kernel's VECTOR_STORES), as
+    it may where the output's row stride allows. Not in wide programs that write Y itself (one
+    split): there, at 255 registers, the vectorised epilogue made the loop spill and repack X, and
+    element stores ran 1.00-1.47x faster (H100, bfloat16: 4096 x 2**17 -> 5120 1.07 -> 0.87 ms,
+    8192 x 2**16 -> 2160 1.28 -> 0.87, -> 4096 1.07 -> 0.87; folded k within 1% or faster). Where
+    they write float32 partials (splits), element stores leave sectors partly written and ran
+    1.4-1.6x slower (4096 x 2**17 -> 4096 1.02 -> 1.47 ms, 1024 x 2**20 -> 8192 1.84 -> 2.87), so
+    those keep vectors (benchmarks/NOTES.md, "Any k", item 15)."""
+    return block_m < _WIDE_ROWS or splits > 1
 #: Programs per SM that the splits of a wide forward with folded rows aim for: one, so that such a
 #: forward splits only where its row tiles leave SMs idle. Its kernel in 128-row programs runs
 #: 1.2-1.5x slower writing float32 partials than writing Y (at 255 registers the two compile to
@@ -690,6 +702,7 @@ def _forward(
             raise ValueError(f"Tiling(pipelined=True) takes one dot per step, not steps={tiling.steps}")
         sparse_jl_windowed_forward_kernel[(tiles, splits)](
             *arguments,
+            out.stride(-2),
             **layout,
             FP32_PASSES=fp32_passes,
             DOT_DTYPE=dot_type,
@@ -699,6 +712,7 @@ def _forward(
             UNROLL=unroll,
             PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
             PIPELINED=pipelined,
+            VECTOR_STORES=_vector_stores(block_m, splits),
             num_warps=tiling.num_warps or _num_warps(block_m),
             num_stages=tiling.num_stages or stages,
         )
