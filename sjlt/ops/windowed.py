@@ -237,16 +237,6 @@ def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, one_band_fold: bool 
 _WIDE_ROWS = 128
 
 
-def _vector_stores(block_m: int, splits: int) -> bool:
-    """Whether the tile forward stores its output tile in vectors (the kernel's VECTOR_STORES), as
-    it may where the output's row stride allows. Not in wide programs that write Y itself (one
-    split): there, at 255 registers, the vectorised epilogue made the loop spill and repack X, and
-    element stores ran 1.00-1.47x faster (H100, bfloat16: 4096 x 2**17 -> 5120 1.07 -> 0.87 ms,
-    8192 x 2**16 -> 2160 1.28 -> 0.87, -> 4096 1.07 -> 0.87; folded k within 1% or faster). Where
-    they write float32 partials (splits), element stores leave sectors partly written and ran
-    1.4-1.6x slower (4096 x 2**17 -> 4096 1.02 -> 1.47 ms, 1024 x 2**20 -> 8192 1.84 -> 2.87), so
-    those keep vectors (benchmarks/NOTES.md, "Any k", item 15)."""
-    return block_m < _WIDE_ROWS or splits > 1
 #: Programs per SM that the splits of a wide forward with folded rows aim for: one, so that such a
 #: forward splits only where its row tiles leave SMs idle. Its kernel in 128-row programs runs
 #: 1.2-1.5x slower writing float32 partials than writing Y (at 255 registers the two compile to
@@ -254,6 +244,18 @@ def _vector_stores(block_m: int, splits: int) -> bool:
 #: bfloat16, k = 2100-7000 with two bands, n = 1024-4096 (1 GiB of input): one split 0.60-0.99x the
 #: time of the 2-8 splits that 8 programs per SM asked for (benchmarks/NOTES.md, "Any k", item 13).
 _FOLDED_WIDE_PROGRAMS_PER_SM = 1
+
+
+def _vector_stores(block_m: int, splits: int) -> bool:
+    """Whether the tile forward stores its output tile in vectors (the kernel's VECTOR_STORES), as
+    it may where the output's row stride allows. Not in wide programs that write Y itself (one
+    split): there, at 255 registers, the vectorised epilogue made the loop spill and repack X, and
+    element stores took 0.68-1.01x the time (H100, bfloat16: 4096 x 2**17 -> 5120 1.07 -> 0.87 ms,
+    8192 x 2**16 -> 2160 1.28 -> 0.87, -> 4096 1.07 -> 0.87; folded k within 1% or faster). Where
+    they write float32 partials (splits), element stores leave sectors partly written and took
+    1.2-1.6x the time (4096 x 2**17 -> 4096 1.02 -> 1.47 ms, 1024 x 2**20 -> 8192 1.84 -> 2.87),
+    so those keep vectors (benchmarks/NOTES.md, "Any k", item 15)."""
+    return block_m < _WIDE_ROWS or splits > 1
 
 
 def _shuffles(dtype: torch.dtype, fp32_passes: int, n: int, groups_per_program: int, nnz: int) -> bool:
