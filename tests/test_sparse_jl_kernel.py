@@ -687,15 +687,20 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
 
 
 def test_vector_stores_rule():
-    """Vectorised output stores everywhere but in wide programs that write Y itself (one split)."""
+    """Vectorised output stores everywhere but in wide programs that write Y itself (not float32
+    partials of splits or of a grouped launch)."""
     rule = windowed._vector_stores
-    assert rule(64, 1) and rule(64, 4) and rule(16, 1)
-    assert not rule(windowed._WIDE_ROWS, 1) and rule(windowed._WIDE_ROWS, 2)
+    assert rule(64, writes_y=True) and rule(64, writes_y=False) and rule(16, writes_y=True)
+    assert not rule(windowed._WIDE_ROWS, writes_y=True) and rule(windowed._WIDE_ROWS, writes_y=False)
 
 
-@pytest.mark.parametrize("wide,splits,vector", [(True, 1, False), (True, 2, True), (False, 1, True)])
-def test_forward_stores_as_the_vector_stores_rule_says(kernel_device, rng, monkeypatch, wide, splits, vector):
-    """The forward passes the rule's VECTOR_STORES to the tile kernel, and both store paths give the
+@pytest.mark.parametrize(
+    "wide,splits,grouped,vector",
+    [(True, 1, False, False), (True, 2, False, True), (True, 1, True, True), (False, 1, False, True)],
+)
+def test_forward_stores_as_the_vector_stores_rule_says(kernel_device, rng, monkeypatch, wide, splits, grouped, vector):
+    """The forward passes the rule's VECTOR_STORES to the tile kernel (element stores only where a
+    wide program writes Y: one split, not a grouped launch), and both store paths give the
     reference's Y (bfloat16, k = 4096 with two bands; wide programs forced, as in a long run)."""
     import sjlt.kernels.sparse_jl_windowed as kernels
 
@@ -716,7 +721,11 @@ def test_forward_stores_as_the_vector_stores_rule_says(kernel_device, rng, monke
     monkeypatch.setattr(kernels, "sparse_jl_windowed_forward_kernel", Recorded())
     x = torch.randn(21, 512, generator=rng).to(BF16)
     want = reference.sparse_jl_forward(x.double(), 4096, seed=6, nnz=16)
-    got = windowed.forward(x.to(kernel_device), 4096, *_key(6), 16, 0, Tiling(splits=splits))
+    if grouped:  # two blocks of columns, one launch
+        blocks = [(0, x[:, :200].to(kernel_device)), (200, x[:, 200:].to(kernel_device))]
+        got = windowed.forward_blocks(blocks, 4096, *_key(6), 16, 0, Tiling(splits=splits))
+    else:
+        got = windowed.forward(x.to(kernel_device), 4096, *_key(6), 16, 0, Tiling(splits=splits))
     assert passed == [vector]
     assert _relative_error(got, want) <= TOLERANCE[BF16]
 
