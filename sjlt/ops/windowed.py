@@ -249,12 +249,13 @@ _FOLDED_WIDE_PROGRAMS_PER_SM = 1
 def _vector_stores(block_m: int, writes_y: bool) -> bool:
     """Whether the tile forward stores its output tile in vectors (the kernel's VECTOR_STORES), as
     it may where the output's row stride allows. Not in wide programs that write Y itself (one
-    split, not a grouped launch, whose output is float32 partials): there, at 255 registers, the vectorised epilogue made the loop spill and repack X, and
-    element stores took 0.68-1.01x the time (H100, bfloat16: 4096 x 2**17 -> 5120 1.07 -> 0.87 ms,
-    8192 x 2**16 -> 2160 1.28 -> 0.87, -> 4096 1.07 -> 0.87; folded k within 1% or faster). Where
-    they write float32 partials (splits), element stores leave sectors partly written and took
-    1.2-1.6x the time (4096 x 2**17 -> 4096 1.02 -> 1.47 ms, 1024 x 2**20 -> 8192 1.84 -> 2.87),
-    so those keep vectors (benchmarks/NOTES.md, "Any k", item 15)."""
+    split, and not a grouped launch, whose output is float32 partials): there, at 255 registers,
+    the vectorised epilogue made the loop spill and repack X, and element stores took 0.68-1.01x
+    the time (H100, bfloat16: 4096 x 2**17 -> 5120 1.07 -> 0.87 ms, 8192 x 2**16 -> 2160
+    1.28 -> 0.87, -> 4096 1.07 -> 0.87; folded k within 1% or faster). Where they write float32
+    partials, element stores leave sectors partly written and took 1.2-1.6x the time
+    (4096 x 2**17 -> 4096 1.02 -> 1.47 ms, 1024 x 2**20 -> 8192 1.84 -> 2.87), so those keep
+    vectors (benchmarks/NOTES.md, "Any k", item 15)."""
     return block_m < _WIDE_ROWS or not writes_y
 
 
