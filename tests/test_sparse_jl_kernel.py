@@ -737,11 +737,25 @@ def test_split_partials_pad_their_rows_to_16_elements():
 
     x = torch.empty(0, dtype=torch.bfloat16)
     for k, padded in ((2500, 2512), (2512, 2512), (17, 32)):
+        assert _launch.partial_row(k) == padded
         out, stride_split = _launch.forward_output(3, k, 2, x)
         assert out.shape == (2, 3, k) and out.dtype == torch.float32
         assert out.stride() == (3 * padded, padded, 1) and stride_split == 3 * padded
     y, stride_split = _launch.forward_output(3, 2500, 1, x)
     assert y.shape == (3, 2500) and y.is_contiguous() and y.dtype == torch.bfloat16 and stride_split == 0
+
+
+def test_forward_splits_budget_the_padded_partials(monkeypatch):
+    """The forward's splits count each float32 partial at its padded rows (k = 17 -> 32 elements),
+    so that all of them stay within sjlt.backends.workspace_bytes."""
+    from sjlt.ops import _launch
+
+    summed = []
+    fill = _launch.splits_to_fill
+    monkeypatch.setattr(windowed, "splits_to_fill", lambda *args: summed.append(args[4]) or fill(*args))
+    x = torch.empty(16, 1024)
+    windowed._grid(x, 1, 64, 1, out_features=17)
+    assert summed == [(16 * 1024 * 4, 16 * _launch.partial_row(17) * 4)] and _launch.partial_row(17) == 32
 
 
 def test_folded_wide_forward_splits_for_one_program_per_sm(kernel_device, rng, monkeypatch):

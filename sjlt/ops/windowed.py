@@ -12,7 +12,7 @@ import torch
 
 from .. import _buffers, backends, spec
 from .._backend import device_capability, triton_interpreting
-from ._launch import Tiling, dot_config, forward_output, promote_every, splits_to_fill, sum_splits
+from ._launch import Tiling, dot_config, forward_output, partial_row, promote_every, splits_to_fill, sum_splits
 
 
 class WindowTables(NamedTuple):
@@ -471,7 +471,7 @@ def _grid(
             groups // 16,
             per_sm,
             x.device,
-            (input_bytes or x.numel() * x.element_size(), n * out_features * 4) if summed else None,
+            (input_bytes or x.numel() * x.element_size(), n * partial_row(out_features) * 4) if summed else None,
         )
     per_split = math.ceil(groups / splits)
     return block_m, width, tiles, math.ceil(groups / per_split), per_split
