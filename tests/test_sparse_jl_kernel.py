@@ -737,7 +737,7 @@ def test_split_partials_pad_their_rows_to_16_elements():
 
     x = torch.empty(0, dtype=torch.bfloat16)
     for k, padded in ((2500, 2512), (2512, 2512), (17, 32)):
-        assert _launch.partial_row(k) == padded
+        assert _launch.padded_row(k) == padded
         out, stride_split = _launch.forward_output(3, k, 2, x)
         assert out.shape == (2, 3, k) and out.dtype == torch.float32
         assert out.stride() == (3 * padded, padded, 1) and stride_split == 3 * padded
@@ -755,7 +755,7 @@ def test_forward_splits_budget_the_padded_partials(monkeypatch):
     monkeypatch.setattr(windowed, "splits_to_fill", lambda *args: summed.append(args[4]) or fill(*args))
     x = torch.empty(16, 1024)
     windowed._grid(x, 1, 64, 1, out_features=17)
-    assert summed == [(16 * 1024 * 4, 16 * _launch.partial_row(17) * 4)] and _launch.partial_row(17) == 32
+    assert summed == [(16 * 1024 * 4, 16 * _launch.padded_row(17) * 4)] and _launch.padded_row(17) == 32
 
 
 def test_folded_wide_forward_splits_for_one_program_per_sm(kernel_device, rng, monkeypatch):

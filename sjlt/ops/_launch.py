@@ -61,21 +61,22 @@ def splits_to_fill(
     return max(1, min(math.ceil(target / programs), max_splits))
 
 
-def partial_row(k: int) -> int:
-    """Elements per row of one split's float32 partial of a forward to k outputs: k padded to a
-    multiple of 16. Unpadded rows of a k off 16 start inside a 32-byte sector, which neighbouring
-    programs then write in part, and the L2 reads such sectors back from DRAM: H100, bfloat16
-    4096 x 2**17 -> 2500 in two splits, 1.43 ms against 1.15 padded (benchmarks/NOTES.md, "Any k",
-    item 13)."""
+def padded_row(k: int) -> int:
+    """k rounded up to a multiple of 16: the row length of the buffers the launchers fill or read
+    in rows of k elements, the forward's float32 partials and a transpose's copy of y. Rows of a k
+    off 16 start inside a 32-byte sector, which neighbouring programs then write in part (the L2
+    reads such sectors back from DRAM), and lose the kernels' specialisation on strides that 16
+    divides: H100, bfloat16 4096 x 2**17 -> 2500 in two splits, 1.43 ms against 1.15 padded
+    (benchmarks/NOTES.md, "Any k", items 13-14)."""
     return -(-k // 16) * 16
 
 
 def forward_output(n: int, k: int, splits: int, x: torch.Tensor):
     """(buffer, split stride): Y itself for one split, else float32 partials the caller sums, in
-    rows of ``partial_row(k)`` elements."""
+    rows of ``padded_row(k)`` elements."""
     if splits == 1:
         return _buffers.empty((n, k), x.dtype, x.device), 0
-    out = _buffers.empty((splits, n, partial_row(k)), torch.float32, x.device)[:, :, :k]
+    out = _buffers.empty((splits, n, padded_row(k)), torch.float32, x.device)[:, :, :k]
     return out, out.stride(0)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from .. import _buffers, spec
 from .._backend import triton_interpreting
-from ._launch import Tiling, dot_config, forward_output, partial_row, promote_every, splits_to_fill, sum_splits
+from ._launch import Tiling, dot_config, forward_output, padded_row, promote_every, splits_to_fill, sum_splits
 
 
 def _block_sizes(n: int):
@@ -45,7 +45,7 @@ def forward(
             math.ceil(d / (8 * block_d)),
             4,
             x.device,
-            (x.numel() * x.element_size(), n * partial_row(k) * 4),
+            (x.numel() * x.element_size(), n * padded_row(k) * 4),
         )
     cols_per_split = math.ceil(math.ceil(d / splits) / block_d) * block_d
     splits = math.ceil(d / cols_per_split)

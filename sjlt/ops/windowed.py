@@ -12,7 +12,7 @@ import torch
 
 from .. import _buffers, backends, spec
 from .._backend import device_capability, triton_interpreting
-from ._launch import Tiling, dot_config, forward_output, partial_row, promote_every, splits_to_fill, sum_splits
+from ._launch import Tiling, dot_config, forward_output, padded_row, promote_every, splits_to_fill, sum_splits
 
 
 class WindowTables(NamedTuple):
@@ -471,7 +471,7 @@ def _grid(
             groups // 16,
             per_sm,
             x.device,
-            (input_bytes or x.numel() * x.element_size(), n * partial_row(out_features) * 4) if summed else None,
+            (input_bytes or x.numel() * x.element_size(), n * padded_row(out_features) * 4) if summed else None,
         )
     per_split = math.ceil(groups / splits)
     return block_m, width, tiles, math.ceil(groups / per_split), per_split
@@ -738,7 +738,7 @@ def transpose(
     z = _buffers.empty((n, in_features), y.dtype, y.device)
     bands = spec.band_count(nnz)
     if _pads_y(y, in_features, bands):
-        y = _buffers.empty((n, -(-k // spec.WINDOW) * spec.WINDOW), y.dtype, y.device)[:, :k].copy_(y)
+        y = _buffers.empty((n, padded_row(k)), y.dtype, y.device)[:, :k].copy_(y)
     if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
         _transpose_band(
             y, z, z, 0, 0, tables, 0, nnz, in_features, column_offset, 0, tables.groups, tiling, paired=bands == 2
@@ -787,8 +787,14 @@ def _pads_y(y: torch.Tensor, in_features: int, bands: int) -> bool:
     lost 1.2x at k = 500; on 65536 x 2**14, where y is 6-43% of Z's size, the copy cost more than
     it saved."""
     return (
-        bool(y.stride(0) % spec.WINDOW) and y.shape[1] * 16 <= in_features and (y.dtype != torch.float32 or bands > 1)
+        bool(y.stride(0) % spec.WINDOW)
+        and y.shape[1] * _PADDED_Y_MIN_GROWTH <= in_features
+        and (y.dtype != torch.float32 or bands > 1)
     )
+
+
+#: How many times y's columns Z must have for a transpose to pad y (:func:`_pads_y`).
+_PADDED_Y_MIN_GROWTH = 16
 
 
 #: Groups per window and program from which the two-band transpose runs in one launch: its
