@@ -1007,6 +1007,36 @@ def fold_spill_kernel(
 
 
 @triton.jit
+def unfold_rows_kernel(
+    y_ptr,
+    out_ptr,
+    n,
+    out_features,
+    windows,
+    stride_ym,
+    stride_yk,
+    NNZ: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_U: tl.constexpr,
+):
+    """out (n, 16 A NNZ, contiguous): column 16 A t + u of out is the column of y at the row that
+    padded row u of block t folds onto (docs/spec.md 2b), so the lattice transpose of out at
+    k' = 16 A NNZ is y S. Grid: (cdiv(n, BLOCK_M), cdiv(16 A NNZ, BLOCK_U))."""
+    offs_m = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_u = tl.program_id(1) * BLOCK_U + tl.arange(0, BLOCK_U)
+    block_rows = WINDOW * windows
+    block = offs_u // block_rows
+    padded = offs_u % block_rows
+    total_windows = (out_features + WINDOW - 1) // WINDOW
+    start = WINDOW * ((block * total_windows) // NNZ)
+    size = tl.minimum(WINDOW * (((block + 1) * total_windows) // NNZ), out_features) - start
+    row = start + tl.where(padded >= size, padded - size, padded)
+    mask = (offs_m < n)[:, None] & (block < NNZ)[None, :]
+    values = tl.load(y_ptr + offs_m[:, None] * stride_ym + row[None, :] * stride_yk, mask=mask)
+    tl.store(out_ptr + offs_m[:, None] * (block_rows * NNZ) + offs_u[None, :], values, mask=mask)
+
+
+@triton.jit
 def _shuffle_fetch(
     x_ptr,
     words_ptr,

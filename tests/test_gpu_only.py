@@ -73,6 +73,40 @@ def test_sparse_jl_beyond_2_31_elements():
     assert float((z[rows].double() - want_z).abs().max() / want_z.abs().max()) < 1e-2
 
 
+def test_unfolded_transpose_beyond_2_31_elements(monkeypatch):
+    """A folded two-band transpose whose unfolded y (n x k' = 2160) has more than 2**31 elements,
+    read from an offset above 2**32: sampled rows match the reference."""
+    widths = []
+    launch = windowed._transpose_band
+    monkeypatch.setattr(
+        windowed, "_transpose_band", lambda y, *args, **kw: widths.append(y.shape[1]) or launch(y, *args, **kw)
+    )
+    n, d, k, offset = 2**20 + 3, 8400, 2100, 2**33 + 16
+    nnz = sjlt.spec.default_nnz(k)
+    y = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    z = F.sparse_jl_transpose(y, d, seed=6, column_offset=offset)
+    assert set(widths) == {2160} and n * 2160 > 2**31
+    rows = torch.tensor([0, n // 2, n - 1], device="cuda")
+    want = reference.sparse_jl_transpose(y[rows].double(), d, seed=6, nnz=nnz, column_offset=offset)
+    assert float((z[rows].double() - want).abs().max() / want.abs().max()) < 1e-2
+
+
+@pytest.mark.parametrize("k,n", [(3000, 300), (5000, 1000), (10000, 64)])
+def test_unfolded_transpose_equals_the_folding_kernel(monkeypatch, k, n):
+    """At the GPU's tilings (several row tiles, splits, two and four bands) the unfolded transpose
+    equals the folding kernel's bitwise, and the reference within bfloat16's tolerance."""
+    d, offset = 2**16 + 48, 2**33 + 32
+    nnz = sjlt.spec.default_nnz(k)
+    y = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    key = sjlt.spec.philox_key(3)
+    assert windowed._unfolds_y(y, d, sjlt.spec.band_count(nnz), nnz)
+    z = windowed.transpose(y, d, *key, nnz, offset)
+    want = reference.sparse_jl_transpose(y[:64].double(), d, seed=3, nnz=nnz, column_offset=offset)
+    assert float((z[:64].double() - want).abs().max() / want.abs().max()) < 1e-2
+    monkeypatch.setattr(windowed, "_unfolds_y", lambda *args: False)
+    assert torch.equal(z, windowed.transpose(y, d, *key, nnz, offset))
+
+
 @pytest.mark.parametrize("n,d,k", [(16, 2**22, 4096), (256, 2**20, 8192)])
 def test_float32_error_at_long_d(n, d, k):
     """Issue 12's bar, 1e-5 relative to float64, where thousands of tensor-core steps feed one

@@ -513,6 +513,37 @@ def test_transpose_pads_y_rows_off_16_when_z_is_16x_larger(kernel_device, rng, m
     assert _relative_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize(
+    "dtype,k,d,nnz,unfolded",
+    [
+        (BF16, 150, 700, 9, 288),  # two bands, A = 2: every block folds a window
+        (F16, 300, 1300, 16, 512),  # two bands, the last block cut at k
+        (BF16, 300, 1300, 17, 544),  # three bands
+        (BF16, 150, 599, 9, None),  # Z under 4x y's columns
+        (F32, 150, 700, 9, None),
+        (BF16, 288, 1300, 9, None),  # the lattice
+    ],
+)
+def test_transpose_unfolds_folded_y_for_the_lattice_kernel(kernel_device, rng, monkeypatch, dtype, k, d, nnz, unfolded):
+    """A folded half-type transpose with two bands or more, where Z has at least 4x y's columns, runs
+    the lattice kernel on y unfolded to k' = 16 A nnz columns; Z matches the reference, and equals
+    bitwise what the folding kernel gives. y is a strided view over more than one program of the
+    unfold kernel in both directions (16 rows, 256 columns), read from a column offset."""
+    widths = []
+    launch = windowed._transpose_band
+    monkeypatch.setattr(
+        windowed, "_transpose_band", lambda y, *args, **kw: widths.append(y.shape[1]) or launch(y, *args, **kw)
+    )
+    y = torch.randn(21, 2 * k, generator=rng).to(dtype).to(kernel_device)[:, ::2]
+    offset = 2**32 + 48
+    want = reference.sparse_jl_transpose(y.cpu().double(), d, seed=5, nnz=nnz, column_offset=offset)
+    got = windowed.transpose(y, d, *_key(5), nnz, offset)
+    assert set(widths) == {unfolded or k}
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+    monkeypatch.setattr(windowed, "_unfolds_y", lambda *args: False)
+    assert torch.equal(got, windowed.transpose(y, d, *_key(5), nnz, offset))
+
+
 @pytest.mark.parametrize("k", [40, 64])  # classic, windowed
 def test_kernels_read_strided_inputs(kernel_device, rng, k):
     base = torch.randn(90, 2 * 150, generator=rng)
@@ -812,6 +843,17 @@ def test_partial_first_rule():
     only (the H100 comparison in benchmarks/RESULTS.md)."""
     assert windowed._partial_first(torch.float32)
     assert not windowed._partial_first(torch.bfloat16) and not windowed._partial_first(torch.float16)
+
+
+def test_unfolds_y_rule():
+    """y is unfolded where S folds rows and has two bands or more, y is a half type and Z has 4x its
+    columns (the H100 measurements in benchmarks/NOTES.md)."""
+    rule = windowed._unfolds_y
+    y16, y32 = torch.empty(4, 2500, dtype=torch.bfloat16), torch.empty(4, 2500)
+    assert rule(y16, 10000, 2, 16) and rule(y16.half(), 10000, 2, 16) and rule(y16, 10000, 4, 32)
+    assert not rule(y16, 9999, 2, 16) and not rule(y32, 10000, 2, 16)
+    assert not rule(torch.empty(4, 1000, dtype=torch.bfloat16), 10000, 1, 8)  # one band
+    assert not rule(torch.empty(4, 2560, dtype=torch.bfloat16), 10240, 2, 16)  # the lattice
 
 
 def test_pads_y_rule():

@@ -733,10 +733,12 @@ def transpose(
     float32: in Z itself for float32, else in a float32 workspace of at most
     ``sjlt.backends.workspace_bytes`` per slab of rows and groups, the last band rounding into Z.
     Splits own disjoint groups, so every column is written by one program per launch."""
+    bands = spec.band_count(nnz)
+    if _unfolds_y(y, in_features, bands, nnz):
+        y = _unfolded(y, nnz)
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
-    bands = spec.band_count(nnz)
     if _pads_y(y, in_features, bands):
         y = _buffers.empty((n, padded_row(k)), y.dtype, y.device)[:, :k].copy_(y)
     if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
@@ -776,6 +778,42 @@ def transpose(
                     tiling,
                 )
     return z
+
+
+def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
+    """Whether a transpose unfolds y (:func:`_unfolded`) and runs the lattice kernel on the copy:
+    where S folds rows (k off the lattice), has two bands or more, y is a half type and Z has at
+    least 4x its columns. Those transposes ran 1.2-1.5x the lattice k's time, the kernel's fold
+    costing more than the copy. H100 (benchmarks/NOTES.md, "Any k", item 16), unfolded / folded
+    time with the copy: bfloat16 4096 x 2**17 k = 2500-7000 0.69-0.79, 65536 x 2**14 k = 2100-3500
+    0.85-0.91, 1024 x 2**20 0.65-0.68; float32 gained nothing on the first and lost up to 1.28x on
+    the last, and where Z has fewer than 4x y's columns the copy cost more than it saved."""
+    return (
+        spec.max_fold(y.shape[1], nnz) > 0
+        and bands > 1
+        and y.dtype != torch.float32
+        and y.shape[1] * _UNFOLDED_Y_MIN_GROWTH <= in_features
+    )
+
+
+#: How many times y's columns Z must have for a transpose to unfold y (:func:`_unfolds_y`).
+_UNFOLDED_Y_MIN_GROWTH = 4
+
+
+def _unfolded(y: torch.Tensor, nnz: int) -> torch.Tensor:
+    """y as the (n, k' = 16 A nnz) input of the lattice transpose: column 16 A t + u holds y's column
+    at the row that padded row u of block t folds onto, so that its lattice transpose is y S
+    (``unfold_rows_kernel``)."""
+    from ..kernels.sparse_jl_windowed import unfold_rows_kernel
+
+    n, k = y.shape
+    windows = spec.windows_per_block(k, nnz)
+    out = _buffers.empty((n, spec.WINDOW * windows * nnz), y.dtype, y.device)
+    block_m, block_u = 16, 256
+    unfold_rows_kernel[(math.ceil(n / block_m), math.ceil(out.shape[1] / block_u))](
+        y, out, n, k, windows, y.stride(0), y.stride(1), NNZ=nnz, BLOCK_M=block_m, BLOCK_U=block_u
+    )
+    return out
 
 
 def _pads_y(y: torch.Tensor, in_features: int, bands: int) -> bool:
