@@ -732,7 +732,9 @@ def transpose(
     loop-invariant); otherwise one launch per band adds its terms to the bands before it in
     float32: in Z itself for float32, else in a float32 workspace of at most
     ``sjlt.backends.workspace_bytes`` per slab of rows and groups, the last band rounding into Z.
-    Splits own disjoint groups, so every column is written by one program per launch."""
+    Splits own disjoint groups, so every column is written by one program per launch. Off the
+    lattice a half-type y with two bands or more is first unfolded to the lattice's k'
+    (:func:`_unfolds_y`); elsewhere the kernel folds the padded rows itself."""
     bands = spec.band_count(nnz)
     if _unfolds_y(y, in_features, bands, nnz):
         y = _unfolded(y, nnz)
