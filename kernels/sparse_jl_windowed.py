@@ -968,6 +968,16 @@ def sparse_jl_windowed_forward_kernel(
 
 
 @triton.jit
+def _block_bounds(block, out_features, NNZ: tl.constexpr):
+    """(first row, rows) of block ``block`` of the windowed layout off the lattice: windows
+    [floor(t W / NNZ), floor((t + 1) W / NNZ)) of the W = ceil(k / 16), the last cut at k
+    (docs/spec.md 2b, ``sjlt.spec.windowed_block_rows``)."""
+    total_windows = (out_features + WINDOW - 1) // WINDOW
+    start = WINDOW * ((block * total_windows) // NNZ)
+    return start, tl.minimum(WINDOW * (((block + 1) * total_windows) // NNZ), out_features) - start
+
+
+@triton.jit
 def fold_spill_kernel(
     spill_ptr,
     out_ptr,
@@ -989,9 +999,7 @@ def fold_spill_kernel(
     block = (idx // (2 * WINDOW)) % NNZ
     slot = (idx // WINDOW) % 2
     lane = idx % WINDOW
-    total_windows = (out_features + WINDOW - 1) // WINDOW
-    start = WINDOW * ((block * total_windows) // NNZ)
-    size = tl.minimum(WINDOW * (((block + 1) * total_windows) // NNZ), out_features) - start
+    start, size = _block_bounds(block, out_features, NNZ)
     last = WINDOW * (windows - 1)  # window A - 1's first padded row
     # One row per element, no vectors: with k a multiple of 16 the store's 16 contiguous rows made
     # triton 3.6 fail in its layout pass (TritonGPURemoveLayoutConversions); the kernel is small.
@@ -1027,9 +1035,7 @@ def unfold_rows_kernel(
     block_rows = WINDOW * windows
     block = offs_u // block_rows
     padded = offs_u % block_rows
-    total_windows = (out_features + WINDOW - 1) // WINDOW
-    start = WINDOW * ((block * total_windows) // NNZ)
-    size = tl.minimum(WINDOW * (((block + 1) * total_windows) // NNZ), out_features) - start
+    start, size = _block_bounds(block, out_features, NNZ)
     row = start + tl.where(padded >= size, padded - size, padded)
     mask = (offs_m < n)[:, None] & (block < NNZ)[None, :]
     values = tl.load(y_ptr + offs_m[:, None] * stride_ym + row[None, :] * stride_yk, mask=mask)

@@ -791,10 +791,10 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     0.85-0.91, 1024 x 2**20 0.65-0.68; float32 gained nothing on the first and lost up to 1.28x on
     the last, and where Z has fewer than 4x y's columns the copy cost more than it saved."""
     return (
-        spec.max_fold(y.shape[1], nnz) > 0
-        and bands > 1
+        bands > 1
         and y.dtype != torch.float32
         and y.shape[1] * _UNFOLDED_Y_MIN_GROWTH <= in_features
+        and _fold(y.shape[1], nnz) > 0
     )
 
 
