@@ -107,6 +107,46 @@ def test_unfolded_transpose_equals_the_folding_kernel(monkeypatch, k, n):
     assert torch.equal(z, windowed.transpose(y, d, *key, nnz, offset))
 
 
+def test_cuda_graph_of_an_off_lattice_projection_and_its_backward(monkeypatch):
+    """Off the lattice (k = 2100, two bands) a bfloat16 forward folds rows and its backward first
+    unfolds the gradient (``windowed._unfolded``), whose scratch capture takes from the graph's
+    pool. Replays on new inputs equal eager calls bitwise."""
+    unfolded = []
+    unfold = windowed._unfolded
+    monkeypatch.setattr(windowed, "_unfolded", lambda y, nnz: unfolded.append(y.shape) or unfold(y, nnz))
+    n, d, k = 64, 8448, 2100
+
+    def eager(x_value, grad_value):
+        x = x_value.clone().requires_grad_()
+        y = F.sparse_jl(x, k, seed=8)
+        y.backward(grad_value)
+        return y.detach(), x.grad
+
+    static_x = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    static_grad = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        F.sparse_jl(static_x, k, seed=8).backward(static_grad)  # warm up
+    torch.cuda.current_stream().wait_stream(stream)
+    static_x.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = F.sparse_jl(static_x, k, seed=8)
+        static_y.backward(static_grad)
+    assert unfolded == [(n, k)] * 2  # the warm-up and the capture took the unfolded path
+    for _ in range(2):
+        x_value = torch.randn_like(static_x)
+        grad_value = torch.randn_like(static_grad)
+        with torch.no_grad():
+            static_x.copy_(x_value)
+        static_grad.copy_(grad_value)
+        graph.replay()
+        torch.cuda.synchronize()
+        want_y, want_grad = eager(x_value, grad_value)
+        assert torch.equal(static_y, want_y) and torch.equal(static_x.grad, want_grad)
+
+
 @pytest.mark.parametrize("n,d,k", [(16, 2**22, 4096), (256, 2**20, 8192)])
 def test_float32_error_at_long_d(n, d, k):
     """Issue 12's bar, 1e-5 relative to float64, where thousands of tensor-core steps feed one
