@@ -331,10 +331,13 @@ WINDOW_ROWS = 8
 #: Chunks of 16 columns per shard: a window's entries are summed shard by shard.
 SHARD_CHUNKS = SHARD_COLUMNS // 16
 
-# An entry (uint64): bits 0-23 the chunk within the table, 24-27 the XOR mask m, 32-47 the output
-# lanes it adds to (the others come through the remainder list), 48-63 the output lanes it negates.
+# An entry (uint64): bits 0-23 the chunk within the table, 24-27 the XOR mask m, 28-31 a rotation
+# r, 32-47 the output lanes o it adds to, 48-63 the output lanes it negates. Output lane o takes
+# the chunk's lane ((o + r) mod 16) XOR m: r is 0 except where rows fold across a window cut at k,
+# which shifts them by k mod 16 (the spec's row = 16 w_t + (u mod size_t)).
 _CHUNK_BITS = 24
 _MASK_SHIFT = 24
+_ROTATION_SHIFT = 28
 _VALID_SHIFT = 32
 _SIGN_SHIFT = 48
 
@@ -411,7 +414,10 @@ def _window_sum_intrinsic(rows: int):
                 column = builder.mul(chunk, ir.Constant(i64, 16))
                 mask = builder.and_(builder.lshr(word, ir.Constant(i64, _MASK_SHIFT)), ir.Constant(i64, 15))
                 mask = _splat(builder, index_type, builder.trunc(mask, index_type.element))
-                indices = [builder.xor(lane, mask) for lane in lanes]
+                rotation = builder.and_(builder.lshr(word, ir.Constant(i64, _ROTATION_SHIFT)), ir.Constant(i64, 15))
+                rotation = _splat(builder, index_type, builder.trunc(rotation, index_type.element))
+                fifteen = _splat(builder, index_type, ir.Constant(index_type.element, 15))
+                indices = [builder.xor(builder.and_(builder.add(lane, rotation), fifteen), mask) for lane in lanes]
                 signed = [builder.select(lane_bits(word, _SIGN_SHIFT, h), negative, positive) for h in range(halves)]
                 valid = [lane_bits(word, _VALID_SHIFT, h) for h in range(halves)]
                 for b in range(rows):
@@ -535,10 +541,12 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
     of shape (w, nnz), windowed, column j at lane (j + lead) mod 16 of chunk (j + lead) div 16):
     a :class:`WindowTable`.
 
-    An entry covers the lanes of one (chunk, block) that follow the window pattern row 16 w + (l
-    XOR m); lanes that do not (rows folded across a cut window) and the columns of chunks cut by
-    the table's ends are the remainder. Entries are in chunk order within a window, so each output
-    sums its columns in ascending order."""
+    A (chunk, block) pair's 16 lanes land on rows 16 q + o with o = ((l XOR m) - r) mod 16 for its
+    mask m and a rotation r of 0, or of k mod 16 for lanes folded across the window cut at k. Its
+    lanes of one (q, r) make one entry; a pair takes one entry on the lattice and up to three
+    where rows fold. The columns of chunks cut by the table's ends are the remainder, added one by
+    one. Entries are in chunk order within a window, so each output sums its columns in ascending
+    order (on the lattice, as the tile kernel does)."""
     width, nnz = rows.shape
     chunks = -(-(width + lead) // 16)
     if chunks >= 1 << _CHUNK_BITS:
@@ -546,43 +554,60 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
     padded = np.full((chunks * 16, nnz), -1, dtype=np.int64)
     padded[lead : lead + width] = rows
     padded = padded.reshape(chunks, 16, nnz)
-    whole = (padded >= 0).all(axis=(1, 2))
-    lane = np.arange(16)[None, :, None]
-    keys = (padded // 16) * 16 + ((padded % 16) ^ lane)  # (window, mask) as each lane sees them
-    votes = (keys[:, :, None, :] == keys[:, None, :, :]).sum(axis=2)
-    key = np.take_along_axis(keys, votes.argmax(axis=1)[:, None, :], axis=1)[:, 0, :]  # (chunks, nnz)
-    follows = (keys == key[:, None, :]) & whole[:, None, None]
-    mask = key % 16
-    out_lane = lane ^ mask[:, None, :]  # lane l of the chunk lands on output lane l ^ m
     padded_weights = np.zeros((chunks * 16, nnz), dtype=weights.dtype)
     padded_weights[lead : lead + width] = weights
-    negative = (padded_weights.reshape(chunks, 16, nnz) < 0) & follows
-    valid_bits = (follows.astype(np.uint64) << out_lane.astype(np.uint64)).sum(axis=1, dtype=np.uint64)
-    sign_bits = (negative.astype(np.uint64) << out_lane.astype(np.uint64)).sum(axis=1, dtype=np.uint64)
+    padded_weights = padded_weights.reshape(chunks, 16, nnz)
+    whole = (padded >= 0).all(axis=(1, 2))
+    lane = np.arange(16)[None, :, None]
+    out_lane = padded % 16
+    cut = out_features % 16
+    rotations = np.array([0, cut] if cut else [0], dtype=np.int64)
+    # each lane's mask under each rotation (distinct ones: r < 16); the pair's mask is the one all
+    # its lanes agree with under some rotation
+    masks = ((out_lane[..., None] + rotations) % 16) ^ lane[..., None]  # (chunks, 16, nnz, rotations)
+    pair = np.arange(chunks * nnz).reshape(chunks, 1, nnz, 1)
+    agree = np.bincount((pair * 16 + masks).ravel(), minlength=chunks * nnz * 16).reshape(chunks, nnz, 16)
+    mask = agree.argmax(axis=2)  # (chunks, nnz)
+    matches = masks == mask[:, None, :, None]
+    follows = matches.any(axis=3) & whole[:, None, None]
+    rotation_index = matches.argmax(axis=3)  # the first rotation that fits: 0 before k mod 16
+    chunk_of, lane_of, block_of = np.nonzero(follows)
+    row_of = padded[chunk_of, lane_of, block_of]
+    window_of = row_of // 16
+    rotation_of = rotations[rotation_index[chunk_of, lane_of, block_of]]
+    lane_bit = np.uint64(1) << (row_of % 16).astype(np.uint64)
+    negative = padded_weights[chunk_of, lane_of, block_of] < 0
+    # one entry per (chunk, block, rotation, window): its lanes' bits summed (they are distinct)
+    windows = -(-out_features // 16)
+    pair_key = ((chunk_of * nnz + block_of) * len(rotations) + rotation_index[chunk_of, lane_of, block_of]) * windows
+    keys, first_lane, entry_of = np.unique(pair_key + window_of, return_index=True, return_inverse=True)
+    valid_bits = np.zeros(len(keys), dtype=np.uint64)
+    sign_bits = np.zeros(len(keys), dtype=np.uint64)
+    np.add.at(valid_bits, entry_of, lane_bit)
+    np.add.at(sign_bits, entry_of[negative], lane_bit[negative])
+    entry_chunk = chunk_of[first_lane]
+    entry_window = window_of[first_lane]
     word = (
-        np.arange(chunks, dtype=np.uint64)[:, None]
-        | (mask.astype(np.uint64) << np.uint64(_MASK_SHIFT))
+        entry_chunk.astype(np.uint64)
+        | (mask[entry_chunk, block_of[first_lane]].astype(np.uint64) << np.uint64(_MASK_SHIFT))
+        | (rotation_of[first_lane].astype(np.uint64) << np.uint64(_ROTATION_SHIFT))
         | (valid_bits << np.uint64(_VALID_SHIFT))
         | (sign_bits << np.uint64(_SIGN_SHIFT))
     )
-    listed = whole[:, None] & (valid_bits > 0)
-    windows = -(-out_features // 16)
-    chunk_of, block_of = np.nonzero(listed)
-    window_of = key[chunk_of, block_of] // 16
-    shard_of = chunk_of // SHARD_CHUNKS
-    order = np.lexsort((chunk_of, window_of, shard_of))
+    shard_of = entry_chunk // SHARD_CHUNKS
+    order = np.lexsort((keys, entry_window, shard_of))  # keys: chunk first, then block and rotation
     shards = max(1, -(-chunks // SHARD_CHUNKS))
-    counts = np.bincount(shard_of * windows + window_of, minlength=shards * windows).reshape(shards, windows)
+    counts = np.bincount(shard_of * windows + entry_window, minlength=shards * windows).reshape(shards, windows)
     starts = np.zeros((shards, windows + 1), dtype=np.int64)
     starts[:, 1:] = np.cumsum(counts, axis=1)
     starts += np.concatenate(([0], np.cumsum(counts.sum(axis=1))[:-1]))[:, None]
-    entries = word[chunk_of, block_of][order]
+    entries = word[order]
     rest_chunk, rest_lane, rest_block = np.nonzero(~follows & (padded >= 0))
     rest_column = rest_chunk * 16 + rest_lane - lead
     rest_row = padded[rest_chunk, rest_lane, rest_block]
     rest_order = np.lexsort((rest_column, rest_row))
     rest = np.stack([rest_row[rest_order], rest_column[rest_order]], axis=1).astype(np.int64)
-    rest_weights = padded_weights.reshape(chunks, 16, nnz)[rest_chunk, rest_lane, rest_block][rest_order]
+    rest_weights = padded_weights[rest_chunk, rest_lane, rest_block][rest_order]
     scale = np.abs(weights.flat[0]) if weights.size else weights.dtype.type(0)
     return WindowTable(
         starts,
