@@ -334,7 +334,8 @@ SHARD_CHUNKS = SHARD_COLUMNS // 16
 # An entry (uint64): bits 0-23 the chunk within the table, 24-27 the XOR mask m, 28-31 a rotation
 # r, 32-47 the output lanes o it adds to, 48-63 the output lanes it negates. Output lane o takes
 # the chunk's lane ((o + r) mod 16) XOR m: r is 0 except where rows fold across a window cut at k,
-# which shifts them by k mod 16 (the spec's row = 16 w_t + (u mod size_t)).
+# which shifts them by k mod 16 (the spec's row = 16 w_t + (u mod size_t)). Rotated entries are
+# summed by a kernel of their own, so that the others pay nothing for the rotation.
 _CHUNK_BITS = 24
 _MASK_SHIFT = 24
 _ROTATION_SHIFT = 28
@@ -342,7 +343,7 @@ _VALID_SHIFT = 32
 _SIGN_SHIFT = 48
 
 
-def _window_sum_intrinsic(rows: int):
+def _window_sum_intrinsic(rows: int, rotated: bool):
     @intrinsic
     def window_sum(typingctx, y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate):
         """For b < rows: y[y_offset + b y_pitch:][:16] = (that window if accumulate else 0) + the sum
@@ -414,10 +415,14 @@ def _window_sum_intrinsic(rows: int):
                 column = builder.mul(chunk, ir.Constant(i64, 16))
                 mask = builder.and_(builder.lshr(word, ir.Constant(i64, _MASK_SHIFT)), ir.Constant(i64, 15))
                 mask = _splat(builder, index_type, builder.trunc(mask, index_type.element))
-                rotation = builder.and_(builder.lshr(word, ir.Constant(i64, _ROTATION_SHIFT)), ir.Constant(i64, 15))
-                rotation = _splat(builder, index_type, builder.trunc(rotation, index_type.element))
-                fifteen = _splat(builder, index_type, ir.Constant(index_type.element, 15))
-                indices = [builder.xor(builder.and_(builder.add(lane, rotation), fifteen), mask) for lane in lanes]
+                if rotated:
+                    rotation = builder.lshr(word, ir.Constant(i64, _ROTATION_SHIFT))
+                    rotation = builder.and_(rotation, ir.Constant(i64, 15))
+                    rotation = _splat(builder, index_type, builder.trunc(rotation, index_type.element))
+                    fifteen = _splat(builder, index_type, ir.Constant(index_type.element, 15))
+                    indices = [builder.xor(builder.and_(builder.add(lane, rotation), fifteen), mask) for lane in lanes]
+                else:
+                    indices = [builder.xor(lane, mask) for lane in lanes]
                 signed = [builder.select(lane_bits(word, _SIGN_SHIFT, h), negative, positive) for h in range(halves)]
                 valid = [lane_bits(word, _VALID_SHIFT, h) for h in range(halves)]
                 for b in range(rows):
@@ -444,8 +449,10 @@ def _window_sum_intrinsic(rows: int):
     return window_sum
 
 
-_window_sum_rows = _window_sum_intrinsic(WINDOW_ROWS)
-_window_sum_row = _window_sum_intrinsic(1)
+_window_sum_rows = _window_sum_intrinsic(WINDOW_ROWS, rotated=False)
+_window_sum_row = _window_sum_intrinsic(1, rotated=False)
+_rotated_sum_rows = _window_sum_intrinsic(WINDOW_ROWS, rotated=True)
+_rotated_sum_row = _window_sum_intrinsic(1, rotated=True)
 
 
 @njit(**_OPTIONS)
@@ -470,10 +477,23 @@ def _sum_windows(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, firs
 
 
 @njit(**_OPTIONS)
-def forward_windows(x, y, starts, entries, rest, rest_weights, scale, lead, accumulate, spare):
+def _add_rotated(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale):
+    """_sum_windows for rotated entries, always adding. Apart from the windows' loop: its second
+    kernel there made every call 1.2-1.7x slower at k >= 1024 (NOTES.md, "Numpy paths")."""
+    if rows == WINDOW_ROWS:
+        _rotated_sum_rows(y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, True)
+    else:
+        for b in range(rows):
+            row_y, row_x = y_offset + b * y_pitch, x_offset + b * x_pitch
+            _rotated_sum_row(y, row_y, y_pitch, x, row_x, x_pitch, entries, first, count, scale, True)
+
+
+@njit(**_OPTIONS)
+def forward_windows(x, y, starts, rotated_from, entries, rest, rest_weights, scale, lead, accumulate, spare):
     """y (+)= x S_block^T for x (m, w) and y (m, k), both with contiguous rows, S_block windowed
     and given by ``window_lists``: per shard and output window, entries[starts[shard, window]:
-    starts[shard, window + 1]], then the remainder (``rest`` (p, 2) of (row, column) with
+    starts[shard, window + 1]] (the rotated ones from rotated_from[shard, window] on, added after
+    every window's others), then the remainder (``rest`` (p, 2) of (row, column) with
     ``rest_weights``) added one by one. Chunk c starts at column 16 c - lead of x. ``spare`` holds
     WINDOW_ROWS * 16 elements: the last window of y when k is not a multiple of 16."""
     m = x.shape[0]
@@ -481,6 +501,7 @@ def forward_windows(x, y, starts, entries, rest, rest_weights, scale, lead, accu
     x_pitch = np.int64(x.strides[0] // x.itemsize)
     y_pitch = np.int64(y.strides[0] // y.itemsize)
     whole = k // 16
+    cut = k - 16 * whole
     windows = starts.shape[1] - 1
     for r0 in range(0, m, WINDOW_ROWS):
         rows = min(WINDOW_ROWS, m - r0)
@@ -489,7 +510,7 @@ def forward_windows(x, y, starts, entries, rest, rest_weights, scale, lead, accu
             added = accumulate or shard > 0
             for window in range(windows):
                 first = starts[shard, window]
-                count = starts[shard, window + 1] - first
+                count = rotated_from[shard, window] - first
                 if count == 0 and added:
                     continue
                 if window < whole:
@@ -508,14 +529,29 @@ def forward_windows(x, y, starts, entries, rest, rest_weights, scale, lead, accu
                         added,
                     )
                     continue
-                cut = k - 16 * whole  # the last window, summed in spare
-                if added:
+                if added:  # the last window, summed in spare
                     for b in range(rows):
                         for lane in range(cut):
                             spare[b * 16 + lane] = y[r0 + b, 16 * whole + lane]
                 _sum_windows(
                     spare, np.int64(0), np.int64(16), rows, x, x_offset, x_pitch, entries, first, count, scale, added
                 )
+                for b in range(rows):
+                    for lane in range(cut):
+                        y[r0 + b, 16 * whole + lane] = spare[b * 16 + lane]
+            for window in range(windows):
+                first = rotated_from[shard, window]
+                count = starts[shard, window + 1] - first
+                if count == 0:
+                    continue
+                if window < whole:
+                    y_offset = np.int64(r0) * y_pitch + 16 * window
+                    _add_rotated(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale)
+                    continue
+                for b in range(rows):
+                    for lane in range(cut):
+                        spare[b * 16 + lane] = y[r0 + b, 16 * whole + lane]
+                _add_rotated(spare, np.int64(0), np.int64(16), rows, x, x_offset, x_pitch, entries, first, count, scale)
                 for b in range(rows):
                     for lane in range(cut):
                         y[r0 + b, 16 * whole + lane] = spare[b * 16 + lane]
@@ -529,6 +565,7 @@ class WindowTable(NamedTuple):
     """S_block's (chunk, block) entries by output window, the table of :func:`forward_windows`."""
 
     starts: np.ndarray
+    rotated_from: np.ndarray
     entries: np.ndarray
     rest: np.ndarray
     rest_weights: np.ndarray
@@ -542,11 +579,11 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
     a :class:`WindowTable`.
 
     A (chunk, block) pair's 16 lanes land on rows 16 q + o with o = ((l XOR m) - r) mod 16 for its
-    mask m and a rotation r of 0, or of k mod 16 for lanes folded across the window cut at k. Its
-    lanes of one (q, r) make one entry; a pair takes one entry on the lattice and up to three
-    where rows fold. The columns of chunks cut by the table's ends are the remainder, added one by
-    one. Entries are in chunk order within a window, so each output sums its columns in ascending
-    order (on the lattice, as the tile kernel does)."""
+    mask m and a rotation r: 0, or k mod 16 for the lanes folded across the window cut at k. The
+    lanes of one (q, r) make one entry: one per pair on the lattice, two where a pair's lanes fold
+    across the cut. Within a window the entries are in chunk order, the rotated ones last, so on
+    the lattice each output sums its columns in ascending order, as the tile kernel does. The
+    columns of chunks cut by the table's ends are the remainder, added one by one."""
     width, nnz = rows.shape
     chunks = -(-(width + lead) // 16)
     if chunks >= 1 << _CHUNK_BITS:
@@ -562,12 +599,14 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
     out_lane = padded % 16
     cut = out_features % 16
     rotations = np.array([0, cut] if cut else [0], dtype=np.int64)
-    # each lane's mask under each rotation (distinct ones: r < 16); the pair's mask is the one all
-    # its lanes agree with under some rotation
+    # each lane's mask under each rotation; the pair's mask is the one all its lanes agree with
+    # under some rotation, and of those the one most lanes agree with unrotated (at k mod 16 = 8,
+    # mask m unrotated and m XOR 8 rotated describe the same lanes: the first is the faster kernel)
     masks = ((out_lane[..., None] + rotations) % 16) ^ lane[..., None]  # (chunks, 16, nnz, rotations)
     pair = np.arange(chunks * nnz).reshape(chunks, 1, nnz, 1)
     agree = np.bincount((pair * 16 + masks).ravel(), minlength=chunks * nnz * 16).reshape(chunks, nnz, 16)
-    mask = agree.argmax(axis=2)  # (chunks, nnz)
+    unrotated = np.bincount((pair * 16 + masks[..., :1]).ravel(), minlength=chunks * nnz * 16)
+    mask = (32 * agree + unrotated.reshape(chunks, nnz, 16)).argmax(axis=2)  # (chunks, nnz)
     matches = masks == mask[:, None, :, None]
     follows = matches.any(axis=3) & whole[:, None, None]
     rotation_index = matches.argmax(axis=3)  # the first rotation that fits: 0 before k mod 16
@@ -595,12 +634,16 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
         | (sign_bits << np.uint64(_SIGN_SHIFT))
     )
     shard_of = entry_chunk // SHARD_CHUNKS
-    order = np.lexsort((keys, entry_window, shard_of))  # keys: chunk first, then block and rotation
+    rotated = rotation_of[first_lane] != 0
+    order = np.lexsort((keys, rotated, entry_window, shard_of))  # keys: chunk first, then block
     shards = max(1, -(-chunks // SHARD_CHUNKS))
-    counts = np.bincount(shard_of * windows + entry_window, minlength=shards * windows).reshape(shards, windows)
+    slot = shard_of * windows + entry_window
+    counts = np.bincount(slot, minlength=shards * windows).reshape(shards, windows)
     starts = np.zeros((shards, windows + 1), dtype=np.int64)
     starts[:, 1:] = np.cumsum(counts, axis=1)
     starts += np.concatenate(([0], np.cumsum(counts.sum(axis=1))[:-1]))[:, None]
+    plain = np.bincount(slot[~rotated], minlength=shards * windows).reshape(shards, windows)
+    rotated_from = starts[:, :-1] + plain
     entries = word[order]
     rest_chunk, rest_lane, rest_block = np.nonzero(~follows & (padded >= 0))
     rest_column = rest_chunk * 16 + rest_lane - lead
@@ -611,6 +654,7 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
     scale = np.abs(weights.flat[0]) if weights.size else weights.dtype.type(0)
     return WindowTable(
         starts,
+        rotated_from,
         entries,
         np.ascontiguousarray(rest),
         np.ascontiguousarray(rest_weights),
