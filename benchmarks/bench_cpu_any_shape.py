@@ -19,9 +19,9 @@ import argparse
 import datetime
 import platform
 import statistics
-import time
 
 import torch
+from bench_cpu import _interleaved
 
 import sjlt
 import sjlt.functional as F
@@ -31,18 +31,8 @@ K_PAIRS = [(100, 112), (200, 208), (300, 304), (500, 512), (1000, 1008), (2500, 
 D_PAIRS = [(1023, 1024), (1025, 1024), (1032, 1024), (4095, 4096), (769, 768)]
 
 
-def _timed(calls: dict, warmup: int, repeats: int) -> dict:
-    """Median seconds of each call over interleaved rounds, after ``warmup`` rounds."""
-    for _ in range(warmup):
-        for call in calls.values():
-            call()
-    times = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+def _medians(calls: dict, warmup: int, repeats: int) -> dict:
+    return {name: statistics.median(times) for name, times in _interleaved(calls, repeats, warmup).items()}
 
 
 def _paths(kernels) -> list[str]:
@@ -88,7 +78,7 @@ def main() -> None:
         nnz = sjlt.spec.default_nnz(ragged)
         ys = {k: torch.randn(args.n, k) for k in (ragged, aligned)}
         calls = {(p, k): _call(kernels, p, x, ys[k], args.d, k, nnz) for p in paths for k in (ragged, aligned)}
-        median = _timed(calls, args.warmup, args.repeats)
+        median = _medians(calls, args.warmup, args.repeats)
         cells = [f"{median[(p, ragged)] * 1e3:.1f} | {median[(p, ragged)] / median[(p, aligned)]:.2f}" for p in paths]
         print(f"| {ragged} / {aligned} | {nnz} | " + " | ".join(cells) + " |", flush=True)
     print(f"\nn = {args.n * 2}, k = {args.k}: ragged d / the aligned d")
@@ -99,7 +89,7 @@ def main() -> None:
         xs = {d: torch.randn(args.n * 2, d) for d in (ragged, aligned)}
         nnz = sjlt.spec.default_nnz(args.k)
         calls = {(p, d): _call(kernels, p, xs[d], y, d, args.k, nnz) for p in paths for d in (ragged, aligned)}
-        median = _timed(calls, args.warmup, args.repeats)
+        median = _medians(calls, args.warmup, args.repeats)
         cells = [f"{median[(p, ragged)] * 1e3:.1f} | {median[(p, ragged)] / median[(p, aligned)]:.2f}" for p in paths]
         print(f"| {ragged} / {aligned} | " + " | ".join(cells) + " |", flush=True)
     if kernels is not None:
