@@ -67,21 +67,24 @@ def group_elem_kernel(z_ptr, n, d, G, BM: tl.constexpr, W: tl.constexpr):
 
 
 @triton.jit
+def _group_range(n, d, G, BM: tl.constexpr, W: tl.constexpr, VEC: tl.constexpr):
+    """This program's rows and its full groups [g0, g1), each row's misalignment s (the same for
+    every group: W % VEC == 0) and shift [BM, W]: the source column of output column j'."""
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    j = tl.arange(0, W)
+    g0 = tl.program_id(1) * G
+    g1 = tl.minimum(g0 + G, d // W)
+    row_start = offs_m.to(tl.int64) * d
+    s = ((row_start + g0 * W) % VEC).to(tl.int32)
+    return offs_m, offs_m < n, j, g0, g1, row_start, s, j[None, :] - s[:, None]
+
+
+@triton.jit
 def group_shift_kernel(z_ptr, n, d, G, BM: tl.constexpr, W: tl.constexpr, VEC: tl.constexpr):
     """Whole groups, stored as aligned vectors: each row's values shifted right by its misalignment
     s (the previous group's last s values fill the first vector). Only full groups; the range's
     first vector and its tail go through masked element stores."""
-    pid_m = tl.program_id(0)
-    r = tl.program_id(1)
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    mask_m = offs_m < n
-    j = tl.arange(0, W)
-    full = d // W
-    g0 = r * G
-    g1 = tl.minimum(g0 + G, full)
-    row_start = offs_m.to(tl.int64) * d
-    s = ((row_start + g0 * W) % VEC).to(tl.int32)  # per row; the same for every group (W % VEC == 0)
-    shift = j[None, :] - s[:, None]  # [BM, W]: source column of output column j'
+    offs_m, mask_m, j, g0, g1, row_start, s, shift = _group_range(n, d, G, BM, W, VEC)
     # first group: its values land at [s, W) of the first span (masked), the rest carry over
     prev = _value(offs_m, (g0 * W + j)[None, :])
     first = tl.gather(prev, tl.maximum(shift, 0), axis=1)
@@ -105,17 +108,7 @@ def group_shift_kernel(z_ptr, n, d, G, BM: tl.constexpr, W: tl.constexpr, VEC: t
 def group_vec_kernel(z_ptr, n, d, G, BM: tl.constexpr, W: tl.constexpr, VEC: tl.constexpr):
     """group_shift's stores with the values computed in place (no shift): the floor of whole-group
     ownership with aligned vector stores, what a free shift would reach."""
-    pid_m = tl.program_id(0)
-    r = tl.program_id(1)
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    mask_m = offs_m < n
-    j = tl.arange(0, W)
-    full = d // W
-    g0 = r * G
-    g1 = tl.minimum(g0 + G, full)
-    row_start = offs_m.to(tl.int64) * d
-    s = ((row_start + g0 * W) % VEC).to(tl.int32)
-    shift = j[None, :] - s[:, None]
+    offs_m, mask_m, j, g0, g1, row_start, s, shift = _group_range(n, d, G, BM, W, VEC)
     first = _value(offs_m, g0 * W + shift)
     base = row_start + g0 * W - s
     tl.store(z_ptr + base[:, None] + j[None, :], first.to(z_ptr.dtype.element_ty), mask=mask_m[:, None] & (shift >= 0))
