@@ -334,8 +334,9 @@ SHARD_CHUNKS = SHARD_COLUMNS // 16
 # An entry (uint64): bits 0-23 the chunk within the table, 24-27 the XOR mask m, 28-31 a rotation
 # r, 32-47 the output lanes o it adds to, 48-63 the output lanes it negates. Output lane o takes
 # the chunk's lane ((o + r) mod 16) XOR m: r is 0 except where rows fold across a window cut at k,
-# which shifts them by k mod 16 (the spec's row = 16 w_t + (u mod size_t)). Rotated entries are
-# summed by a kernel of their own, so that the others pay nothing for the rotation.
+# which shifts them by k mod 16 (the spec's row = 16 w_t + (u mod size_t)). Rotated entries, and
+# those of the chunks that the table's ends cut (read with masked loads), are summed by a kernel of
+# their own, so that the others pay nothing for the rotation or the masks.
 _CHUNK_BITS = 24
 _MASK_SHIFT = 24
 _ROTATION_SHIFT = 28
@@ -343,17 +344,22 @@ _VALID_SHIFT = 32
 _SIGN_SHIFT = 48
 
 
-def _window_sum_intrinsic(rows: int, rotated: bool):
+def _window_sum_intrinsic(rows: int, masked: bool):
     @intrinsic
-    def window_sum(typingctx, y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate):
+    def window_sum(
+        typingctx, y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate, begin, end
+    ):
         """For b < rows: y[y_offset + b y_pitch:][:16] = (that window if accumulate else 0) + the sum
         over p < count of the chunk of entries[first + p], permuted and signed, from row b of x
         (x_offset + b x_pitch + 16 chunk). Lanes outside an entry's valid mask keep their sum, so a
-        NaN there cannot leak into them."""
-        signature = types.void(y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate)
+        NaN there cannot leak into them. ``masked``: entries are rotated, and a chunk's lanes l are
+        loaded only where 16 chunk + l is in [begin, end) (the others read as 0)."""
+        signature = types.void(
+            y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate, begin, end
+        )
 
         def codegen(context, builder, sig, args):
-            y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate = args
+            y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate, begin, end = args
             element = context.get_value_type(sig.args[0].dtype)
             alignment = context.get_abi_sizeof(element)
             i64 = ir.IntType(64)
@@ -374,6 +380,11 @@ def _window_sum_intrinsic(rows: int, rotated: bool):
                 )
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{width}{element.intrinsic_name}"
+            )
+            masked_load = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(vector, [vector.as_pointer(), ir.IntType(32), bits, vector]),
+                f"llvm.masked.load.v{width}{element.intrinsic_name}.p0",
             )
             y_data = context.make_array(sig.args[0])(context, builder, y).data
             x_data = context.make_array(sig.args[3])(context, builder, x).data
@@ -415,22 +426,33 @@ def _window_sum_intrinsic(rows: int, rotated: bool):
                 column = builder.mul(chunk, ir.Constant(i64, 16))
                 mask = builder.and_(builder.lshr(word, ir.Constant(i64, _MASK_SHIFT)), ir.Constant(i64, 15))
                 mask = _splat(builder, index_type, builder.trunc(mask, index_type.element))
-                if rotated:
+                if masked:
                     rotation = builder.lshr(word, ir.Constant(i64, _ROTATION_SHIFT))
                     rotation = builder.and_(rotation, ir.Constant(i64, 15))
                     rotation = _splat(builder, index_type, builder.trunc(rotation, index_type.element))
                     fifteen = _splat(builder, index_type, ir.Constant(index_type.element, 15))
                     indices = [builder.xor(builder.and_(builder.add(lane, rotation), fifteen), mask) for lane in lanes]
+                    low = _splat(builder, index_type, builder.trunc(builder.sub(begin, column), index_type.element))
+                    high = _splat(builder, index_type, builder.trunc(builder.sub(end, column), index_type.element))
+                    present = [
+                        builder.and_(builder.icmp_signed(">=", lane, low), builder.icmp_signed("<", lane, high))
+                        for lane in lanes
+                    ]
                 else:
                     indices = [builder.xor(lane, mask) for lane in lanes]
                 signed = [builder.select(lane_bits(word, _SIGN_SHIFT, h), negative, positive) for h in range(halves)]
                 valid = [lane_bits(word, _VALID_SHIFT, h) for h in range(halves)]
                 for b in range(rows):
                     row = builder.add(builder.add(x_offset, builder.mul(x_pitch, ir.Constant(i64, b))), column)
-                    values = [
-                        builder.load(pointer(x_data, builder.add(row, ir.Constant(i64, width * h))), align=alignment)
-                        for h in range(halves)
-                    ]
+                    sources = [pointer(x_data, builder.add(row, ir.Constant(i64, width * h))) for h in range(halves)]
+                    if masked:
+                        alignment_argument = ir.Constant(ir.IntType(32), alignment)
+                        values = [
+                            builder.call(masked_load, [sources[h], alignment_argument, present[h], zero])
+                            for h in range(halves)
+                        ]
+                    else:
+                        values = [builder.load(source, align=alignment) for source in sources]
                     for h in range(halves):
                         if halves == 1:
                             permuted = builder.call(permute, [values[0], indices[0]])
@@ -449,60 +471,53 @@ def _window_sum_intrinsic(rows: int, rotated: bool):
     return window_sum
 
 
-_window_sum_rows = _window_sum_intrinsic(WINDOW_ROWS, rotated=False)
-_window_sum_row = _window_sum_intrinsic(1, rotated=False)
-_rotated_sum_rows = _window_sum_intrinsic(WINDOW_ROWS, rotated=True)
-_rotated_sum_row = _window_sum_intrinsic(1, rotated=True)
+_window_sum_rows = _window_sum_intrinsic(WINDOW_ROWS, masked=False)
+_window_sum_row = _window_sum_intrinsic(1, masked=False)
+_masked_sum_rows = _window_sum_intrinsic(WINDOW_ROWS, masked=True)
+_masked_sum_row = _window_sum_intrinsic(1, masked=True)
 
 
 @njit(**_OPTIONS)
 def _sum_windows(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale, accumulate):
+    none = np.int64(0)  # the unmasked kernel reads no bounds
     if rows == WINDOW_ROWS:
-        _window_sum_rows(y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate)
-    else:
-        for b in range(rows):
-            _window_sum_row(
-                y,
-                y_offset + b * y_pitch,
-                y_pitch,
-                x,
-                x_offset + b * x_pitch,
-                x_pitch,
-                entries,
-                first,
-                count,
-                scale,
-                accumulate,
-            )
-
-
-@njit(**_OPTIONS)
-def _add_rotated(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale):
-    """_sum_windows for rotated entries, always adding. Apart from the windows' loop: its second
-    kernel there made every call 1.2-1.7x slower at k >= 1024 (NOTES.md, "Numpy paths")."""
-    if rows == WINDOW_ROWS:
-        _rotated_sum_rows(y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, True)
+        _window_sum_rows(
+            y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, accumulate, none, none
+        )
     else:
         for b in range(rows):
             row_y, row_x = y_offset + b * y_pitch, x_offset + b * x_pitch
-            _rotated_sum_row(y, row_y, y_pitch, x, row_x, x_pitch, entries, first, count, scale, True)
+            _window_sum_row(y, row_y, y_pitch, x, row_x, x_pitch, entries, first, count, scale, accumulate, none, none)
 
 
 @njit(**_OPTIONS)
-def forward_windows(x, y, starts, rotated_from, entries, rest, rest_weights, scale, lead, accumulate, spare):
+def _add_masked(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale, begin, end):
+    """_sum_windows for the entries read by the masked kernel, always adding. Apart from the
+    windows' loop: a second kernel there made every call 1.2-1.7x slower at k >= 1024 (NOTES.md,
+    "Off-16 k in the permute forward")."""
+    if rows == WINDOW_ROWS:
+        _masked_sum_rows(y, y_offset, y_pitch, x, x_offset, x_pitch, entries, first, count, scale, True, begin, end)
+    else:
+        for b in range(rows):
+            row_y, row_x = y_offset + b * y_pitch, x_offset + b * x_pitch
+            _masked_sum_row(y, row_y, y_pitch, x, row_x, x_pitch, entries, first, count, scale, True, begin, end)
+
+
+@njit(**_OPTIONS)
+def forward_windows(x, y, starts, masked_from, entries, scale, lead, accumulate, spare):
     """y (+)= x S_block^T for x (m, w) and y (m, k), both with contiguous rows, S_block windowed
     and given by ``window_lists``: per shard and output window, entries[starts[shard, window]:
-    starts[shard, window + 1]] (the rotated ones from rotated_from[shard, window] on, added after
-    every window's others), then the remainder (``rest`` (p, 2) of (row, column) with
-    ``rest_weights``) added one by one. Chunk c starts at column 16 c - lead of x. ``spare`` holds
+    starts[shard, window + 1]], those from masked_from[shard, window] on through the masked
+    kernel after every window's others. Chunk c starts at column 16 c - lead of x. ``spare`` holds
     WINDOW_ROWS * 16 elements: the last window of y when k is not a multiple of 16."""
-    m = x.shape[0]
+    m, w = x.shape
     k = y.shape[1]
     x_pitch = np.int64(x.strides[0] // x.itemsize)
     y_pitch = np.int64(y.strides[0] // y.itemsize)
     whole = k // 16
     cut = k - 16 * whole
     windows = starts.shape[1] - 1
+    begin, end = np.int64(lead), np.int64(lead + w)  # x's columns, as 16 chunk + lane
     for r0 in range(0, m, WINDOW_ROWS):
         rows = min(WINDOW_ROWS, m - r0)
         x_offset = np.int64(r0) * x_pitch - lead
@@ -510,7 +525,7 @@ def forward_windows(x, y, starts, rotated_from, entries, rest, rest_weights, sca
             added = accumulate or shard > 0
             for window in range(windows):
                 first = starts[shard, window]
-                count = rotated_from[shard, window] - first
+                count = masked_from[shard, window] - first
                 if count == 0 and added:
                     continue
                 if window < whole:
@@ -540,35 +555,45 @@ def forward_windows(x, y, starts, rotated_from, entries, rest, rest_weights, sca
                     for lane in range(cut):
                         y[r0 + b, 16 * whole + lane] = spare[b * 16 + lane]
             for window in range(windows):
-                first = rotated_from[shard, window]
+                first = masked_from[shard, window]
                 count = starts[shard, window + 1] - first
                 if count == 0:
                     continue
                 if window < whole:
                     y_offset = np.int64(r0) * y_pitch + 16 * window
-                    _add_rotated(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale)
+                    _add_masked(
+                        y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale, begin, end
+                    )
                     continue
                 for b in range(rows):
                     for lane in range(cut):
                         spare[b * 16 + lane] = y[r0 + b, 16 * whole + lane]
-                _add_rotated(spare, np.int64(0), np.int64(16), rows, x, x_offset, x_pitch, entries, first, count, scale)
+                _add_masked(
+                    spare,
+                    np.int64(0),
+                    np.int64(16),
+                    rows,
+                    x,
+                    x_offset,
+                    x_pitch,
+                    entries,
+                    first,
+                    count,
+                    scale,
+                    begin,
+                    end,
+                )
                 for b in range(rows):
                     for lane in range(cut):
                         y[r0 + b, 16 * whole + lane] = spare[b * 16 + lane]
-        for p in range(rest.shape[0]):
-            row, column, weight = rest[p, 0], rest[p, 1], rest_weights[p]
-            for b in range(rows):
-                y[r0 + b, row] += weight * x[r0 + b, column]
 
 
 class WindowTable(NamedTuple):
     """S_block's (chunk, block) entries by output window, the table of :func:`forward_windows`."""
 
     starts: np.ndarray
-    rotated_from: np.ndarray
+    masked_from: np.ndarray
     entries: np.ndarray
-    rest: np.ndarray
-    rest_weights: np.ndarray
     scale: np.floating
     lead: np.int64
 
@@ -578,12 +603,12 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
     of shape (w, nnz), windowed, column j at lane (j + lead) mod 16 of chunk (j + lead) div 16):
     a :class:`WindowTable`.
 
-    A (chunk, block) pair's 16 lanes land on rows 16 q + o with o = ((l XOR m) - r) mod 16 for its
-    mask m and a rotation r: 0, or k mod 16 for the lanes folded across the window cut at k. The
-    lanes of one (q, r) make one entry: one per pair on the lattice, two where a pair's lanes fold
-    across the cut. Within a window the entries are in chunk order, the rotated ones last, so on
-    the lattice each output sums its columns in ascending order, as the tile kernel does. The
-    columns of chunks cut by the table's ends are the remainder, added one by one."""
+    A (chunk, block) pair's lanes land on rows 16 q + o with o = ((l XOR m) - r) mod 16 for its
+    mask m and a rotation r: 0, or k mod 16 for the lanes folded across the window cut at k (the
+    spec's fold, docs/spec.md 2b). The lanes of one (q, r) make one entry: one per pair on the
+    lattice, two where a pair's lanes fold across the cut. Within a window the entries are in chunk
+    order, those for the masked kernel (rotated, or of a chunk the table's ends cut) last, so on the
+    lattice each output sums its columns in ascending order, as the tile kernel does."""
     width, nnz = rows.shape
     chunks = -(-(width + lead) // 16)
     if chunks >= 1 << _CHUNK_BITS:
@@ -594,21 +619,25 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
     padded_weights = np.zeros((chunks * 16, nnz), dtype=weights.dtype)
     padded_weights[lead : lead + width] = weights
     padded_weights = padded_weights.reshape(chunks, 16, nnz)
-    whole = (padded >= 0).all(axis=(1, 2))
+    present = padded >= 0  # lanes of the table's columns
+    whole = present.all(axis=(1, 2))
     lane = np.arange(16)[None, :, None]
-    out_lane = padded % 16
     cut = out_features % 16
     rotations = np.array([0, cut] if cut else [0], dtype=np.int64)
-    # each lane's mask under each rotation; the pair's mask is the one all its lanes agree with
-    # under some rotation, and of those the one most lanes agree with unrotated (at k mod 16 = 8,
-    # mask m unrotated and m XOR 8 rotated describe the same lanes: the first is the faster kernel)
-    masks = ((out_lane[..., None] + rotations) % 16) ^ lane[..., None]  # (chunks, 16, nnz, rotations)
+    # each lane's mask under each rotation (16: no lane); the pair's mask is the one all its lanes
+    # agree with under some rotation, and of those the one most lanes agree with unrotated (at
+    # k mod 16 = 8, mask m unrotated and m XOR 8 rotated describe the same lanes: the first is
+    # the faster kernel)
+    masks = np.where(present[..., None], ((padded[..., None] % 16 + rotations) % 16) ^ lane[..., None], 16)
     pair = np.arange(chunks * nnz).reshape(chunks, 1, nnz, 1)
-    agree = np.bincount((pair * 16 + masks).ravel(), minlength=chunks * nnz * 16).reshape(chunks, nnz, 16)
-    unrotated = np.bincount((pair * 16 + masks[..., :1]).ravel(), minlength=chunks * nnz * 16)
-    mask = (32 * agree + unrotated.reshape(chunks, nnz, 16)).argmax(axis=2)  # (chunks, nnz)
+    agree = np.bincount((pair * 17 + masks).ravel(), minlength=chunks * nnz * 17).reshape(chunks, nnz, 17)
+    unrotated = np.bincount((pair * 17 + masks[..., :1]).ravel(), minlength=chunks * nnz * 17)
+    score = 32 * agree + unrotated.reshape(chunks, nnz, 17)
+    mask = score[..., :16].argmax(axis=2)  # (chunks, nnz)
     matches = masks == mask[:, None, :, None]
-    follows = matches.any(axis=3) & whole[:, None, None]
+    follows = matches.any(axis=3)
+    if not np.array_equal(follows, present):
+        raise AssertionError("sjlt bug: a column of S is off the windowed layout's pattern (docs/spec.md 2b)")
     rotation_index = matches.argmax(axis=3)  # the first rotation that fits: 0 before k mod 16
     chunk_of, lane_of, block_of = np.nonzero(follows)
     row_of = padded[chunk_of, lane_of, block_of]
@@ -634,33 +663,17 @@ def window_lists(rows: np.ndarray, weights: np.ndarray, out_features: int, lead:
         | (sign_bits << np.uint64(_SIGN_SHIFT))
     )
     shard_of = entry_chunk // SHARD_CHUNKS
-    rotated = rotation_of[first_lane] != 0
-    order = np.lexsort((keys, rotated, entry_window, shard_of))  # keys: chunk first, then block
+    masked = (rotation_of[first_lane] != 0) | ~whole[entry_chunk]
+    order = np.lexsort((keys, masked, entry_window, shard_of))  # keys: chunk first, then block
     shards = max(1, -(-chunks // SHARD_CHUNKS))
     slot = shard_of * windows + entry_window
     counts = np.bincount(slot, minlength=shards * windows).reshape(shards, windows)
     starts = np.zeros((shards, windows + 1), dtype=np.int64)
     starts[:, 1:] = np.cumsum(counts, axis=1)
     starts += np.concatenate(([0], np.cumsum(counts.sum(axis=1))[:-1]))[:, None]
-    plain = np.bincount(slot[~rotated], minlength=shards * windows).reshape(shards, windows)
-    rotated_from = starts[:, :-1] + plain
-    entries = word[order]
-    rest_chunk, rest_lane, rest_block = np.nonzero(~follows & (padded >= 0))
-    rest_column = rest_chunk * 16 + rest_lane - lead
-    rest_row = padded[rest_chunk, rest_lane, rest_block]
-    rest_order = np.lexsort((rest_column, rest_row))
-    rest = np.stack([rest_row[rest_order], rest_column[rest_order]], axis=1).astype(np.int64)
-    rest_weights = padded_weights[rest_chunk, rest_lane, rest_block][rest_order]
+    unmasked = np.bincount(slot[~masked], minlength=shards * windows).reshape(shards, windows)
     scale = np.abs(weights.flat[0]) if weights.size else weights.dtype.type(0)
-    return WindowTable(
-        starts,
-        rotated_from,
-        entries,
-        np.ascontiguousarray(rest),
-        np.ascontiguousarray(rest_weights),
-        weights.dtype.type(scale),
-        np.int64(lead),
-    )
+    return WindowTable(starts, starts[:, :-1] + unmasked, word[order], weights.dtype.type(scale), np.int64(lead))
 
 
 def _host_cpu() -> str:
