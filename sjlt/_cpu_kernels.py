@@ -503,6 +503,18 @@ def _add_masked(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first
             _masked_sum_row(y, row_y, y_pitch, x, row_x, x_pitch, entries, first, count, scale, True, begin, end)
 
 
+@njit(**_OPTIONS, inline="always")
+def _copy_cut_window(y, r0, rows, spare, to_spare):
+    """y's last window (k not a multiple of 16) for rows r0 + b, to or from spare's rows of 16."""
+    whole = y.shape[1] // 16
+    for b in range(rows):
+        for lane in range(y.shape[1] - 16 * whole):
+            if to_spare:
+                spare[b * 16 + lane] = y[r0 + b, 16 * whole + lane]
+            else:
+                y[r0 + b, 16 * whole + lane] = spare[b * 16 + lane]
+
+
 @njit(**_OPTIONS)
 def forward_windows(x, y, starts, masked_from, entries, scale, lead, accumulate, spare):
     """y (+)= x S_block^T for x (m, w) and y (m, k), both with contiguous rows, S_block windowed
@@ -515,9 +527,9 @@ def forward_windows(x, y, starts, masked_from, entries, scale, lead, accumulate,
     x_pitch = np.int64(x.strides[0] // x.itemsize)
     y_pitch = np.int64(y.strides[0] // y.itemsize)
     whole = k // 16
-    cut = k - 16 * whole
     windows = starts.shape[1] - 1
     begin, end = np.int64(lead), np.int64(lead + w)  # x's columns, as 16 chunk + lane
+    masked_windows = (starts[:, 1:] > masked_from).sum(axis=1)  # per shard
     for r0 in range(0, m, WINDOW_ROWS):
         rows = min(WINDOW_ROWS, m - r0)
         x_offset = np.int64(r0) * x_pitch - lead
@@ -529,32 +541,16 @@ def forward_windows(x, y, starts, masked_from, entries, scale, lead, accumulate,
                 if count == 0 and added:
                     continue
                 if window < whole:
-                    _sum_windows(
-                        y,
-                        np.int64(r0) * y_pitch + 16 * window,
-                        y_pitch,
-                        rows,
-                        x,
-                        x_offset,
-                        x_pitch,
-                        entries,
-                        first,
-                        count,
-                        scale,
-                        added,
-                    )
+                    y_offset = np.int64(r0) * y_pitch + 16 * window
+                    _sum_windows(y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale, added)
                     continue
                 if added:  # the last window, summed in spare
-                    for b in range(rows):
-                        for lane in range(cut):
-                            spare[b * 16 + lane] = y[r0 + b, 16 * whole + lane]
+                    _copy_cut_window(y, r0, rows, spare, True)
                 _sum_windows(
                     spare, np.int64(0), np.int64(16), rows, x, x_offset, x_pitch, entries, first, count, scale, added
                 )
-                for b in range(rows):
-                    for lane in range(cut):
-                        y[r0 + b, 16 * whole + lane] = spare[b * 16 + lane]
-            for window in range(windows):
+                _copy_cut_window(y, r0, rows, spare, False)
+            for window in range(windows if masked_windows[shard] else 0):
                 first = masked_from[shard, window]
                 count = starts[shard, window + 1] - first
                 if count == 0:
@@ -565,9 +561,7 @@ def forward_windows(x, y, starts, masked_from, entries, scale, lead, accumulate,
                         y, y_offset, y_pitch, rows, x, x_offset, x_pitch, entries, first, count, scale, begin, end
                     )
                     continue
-                for b in range(rows):
-                    for lane in range(cut):
-                        spare[b * 16 + lane] = y[r0 + b, 16 * whole + lane]
+                _copy_cut_window(y, r0, rows, spare, True)
                 _add_masked(
                     spare,
                     np.int64(0),
@@ -583,9 +577,7 @@ def forward_windows(x, y, starts, masked_from, entries, scale, lead, accumulate,
                     begin,
                     end,
                 )
-                for b in range(rows):
-                    for lane in range(cut):
-                        y[r0 + b, 16 * whole + lane] = spare[b * 16 + lane]
+                _copy_cut_window(y, r0, rows, spare, False)
 
 
 class WindowTable(NamedTuple):
