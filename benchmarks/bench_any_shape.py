@@ -1,6 +1,6 @@
 """Every shape a user brings (issue 25): k off the lattice and rows off 16 elements, on a GPU.
 
-    python benchmarks/bench_any_shape.py [--sections anyk,anyd] [--ks 100,1000] [--grid-seed 25]
+    python benchmarks/bench_any_shape.py [--sections anyk,anyd,anyn] [--ks 100,1000] [--grid-seed 25]
                                          [--shapes small,large] [--dtypes float32,bfloat16] [--out FILE]
 
 **Any k.** For each k of the grid (``any_shape_grid.py``: multiples of 16 up to 256, round numbers,
@@ -11,6 +11,10 @@ that is smaller (nnz the default at k), where k = 16 A nnz needs no fold. The ba
 **Any d.** Rows whose length, row stride or column offset is not a multiple of 16 elements, against
 the aligned neighbour (the same call with d rounded down to a multiple of 16, contiguous). The bar
 is 1.15x.
+
+**Any n** (``--sections anyn``, not in the default run). Row counts off a multiple of 16 (m - 1,
+m + 1, m - 8, m + 15) against m itself: bfloat16 transposes measured 1.1-1.3x at n = m - 1
+(NOTES.md, "Any k", items 18-19).
 
 Times are medians of ``triton.testing.do_bench`` after warm-up, on random data; % of the floor is
 the bytes moved (read the input, write the output) over the device-to-device copy rate measured in
@@ -174,6 +178,41 @@ def any_d_section(args, bw: float, lines: list[str]) -> bool:
     return met
 
 
+ANY_N_CASES = [  # (m, d, ks): row counts around m
+    (4096, 2**17, (2560, 4096, 8192)),
+    (1024, 2**20, (2560, 4096)),
+    (2**16, 2**14, (1024, 4096)),
+]
+
+
+def any_n_section(args, bw: float, lines: list[str]) -> bool:
+    lines += [
+        "### Any n: row counts off 16 against n = m (default forward and transpose)",
+        "",
+        "| m x d -> k | dtype | n | fwd ms | fwd at m | fwd ratio | T ms | T at m | T ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    met = True
+    for m, d, ks in ANY_N_CASES:
+        for dtype_name in args.dtypes.split(","):
+            dtype = DTYPES[dtype_name]
+            x = torch.randn(m + 15, d, device="cuda", dtype=dtype)
+            for k in ks:
+                base_f, base_t = time_forward(x[:m], k), time_transpose(m, d, k, dtype)
+                for n in (m - 1, m + 1, m - 8, m + 15):
+                    f_ms, t_ms = time_forward(x[:n], k), time_transpose(n, d, k, dtype)
+                    met &= f_ms / base_f <= BAR and t_ms / base_t <= BAR
+                    lines.append(
+                        f"| {m} x {d} -> {k} | {dtype_name} | {n} | {f_ms:.3f} | {base_f:.3f} | {f_ms / base_f:.2f} "
+                        f"| {t_ms:.3f} | {base_t:.3f} | {t_ms / base_t:.2f} |"
+                    )
+                    print(lines[-1], flush=True)
+            x = None
+            torch.cuda.empty_cache()
+    lines.append(f"\nBar {BAR}: {'met' if met else 'MISSED'}.\n")
+    return met
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default="anyk,anyd")
@@ -202,6 +241,8 @@ def main(argv=None) -> int:
         any_k_section(args, bw, lines)
     if "anyd" in sections:
         any_d_section(args, bw, lines)
+    if "anyn" in sections:
+        any_n_section(args, bw, lines)
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
