@@ -185,7 +185,7 @@ ANY_N_CASES = [  # (m, d, ks): row counts around m
 ]
 
 
-def any_n_section(args, bw: float, lines: list[str]) -> bool:
+def any_n_section(args, lines: list[str]) -> bool:
     lines += [
         "### Any n: row counts off 16 against n = m (default forward and transpose)",
         "",
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     if "anyd" in sections:
         any_d_section(args, bw, lines)
     if "anyn" in sections:
-        any_n_section(args, bw, lines)
+        any_n_section(args, lines)
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")

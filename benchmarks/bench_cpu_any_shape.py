@@ -35,6 +35,11 @@ def _medians(calls: dict, warmup: int, repeats: int) -> dict:
     return {name: statistics.median(times) for name, times in _interleaved(calls, repeats, warmup).items()}
 
 
+def _ratio_cells(median: dict, paths: list[str], ragged: int, aligned: int) -> list[str]:
+    """ "ms | ratio" per path: the ragged shape's median and its ratio to the aligned one's."""
+    return [f"{median[(p, ragged)] * 1e3:.1f} | {median[(p, ragged)] / median[(p, aligned)]:.2f}" for p in paths]
+
+
 def _paths(kernels) -> list[str]:
     """The forward kernels this CPU runs, then the transpose."""
     forwards = ["permutes", "tiles"] if kernels is not None and kernels.CAN_PERMUTE else ["tiles"]
@@ -78,8 +83,7 @@ def main() -> None:
         nnz = sjlt.spec.default_nnz(ragged)
         ys = {k: torch.randn(args.n, k) for k in (ragged, aligned)}
         calls = {(p, k): _call(kernels, p, x, ys[k], args.d, k, nnz) for p in paths for k in (ragged, aligned)}
-        median = _medians(calls, args.warmup, args.repeats)
-        cells = [f"{median[(p, ragged)] * 1e3:.1f} | {median[(p, ragged)] / median[(p, aligned)]:.2f}" for p in paths]
+        cells = _ratio_cells(_medians(calls, args.warmup, args.repeats), paths, ragged, aligned)
         print(f"| {ragged} / {aligned} | {nnz} | " + " | ".join(cells) + " |", flush=True)
     print(f"\nn = {args.n * 2}, k = {args.k}: ragged d / the aligned d")
     print("| d | " + " | ".join(f"{path} ms | ratio" for path in paths) + " |")
@@ -89,8 +93,7 @@ def main() -> None:
         xs = {d: torch.randn(args.n * 2, d) for d in (ragged, aligned)}
         nnz = sjlt.spec.default_nnz(args.k)
         calls = {(p, d): _call(kernels, p, xs[d], y, d, args.k, nnz) for p in paths for d in (ragged, aligned)}
-        median = _medians(calls, args.warmup, args.repeats)
-        cells = [f"{median[(p, ragged)] * 1e3:.1f} | {median[(p, ragged)] / median[(p, aligned)]:.2f}" for p in paths]
+        cells = _ratio_cells(_medians(calls, args.warmup, args.repeats), paths, ragged, aligned)
         print(f"| {ragged} / {aligned} | " + " | ".join(cells) + " |", flush=True)
     if kernels is not None:
         kernels.PERMUTES = chosen

@@ -381,11 +381,12 @@ def _window_sum_intrinsic(rows: int, masked: bool):
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{width}{element.intrinsic_name}"
             )
-            masked_load = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(vector, [vector.as_pointer(), ir.IntType(32), bits, vector]),
-                f"llvm.masked.load.v{width}{element.intrinsic_name}.p0",
-            )
+            if masked:
+                masked_load = cgutils.get_or_insert_function(
+                    builder.module,
+                    ir.FunctionType(vector, [vector.as_pointer(), ir.IntType(32), bits, vector]),
+                    f"llvm.masked.load.v{width}{element.intrinsic_name}.p0",
+                )
             y_data = context.make_array(sig.args[0])(context, builder, y).data
             x_data = context.make_array(sig.args[3])(context, builder, x).data
             entry_data = context.make_array(sig.args[6])(context, builder, entries).data
