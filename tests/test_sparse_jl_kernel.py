@@ -544,6 +544,38 @@ def test_transpose_unfolds_folded_y_for_the_lattice_kernel(kernel_device, rng, m
     assert torch.equal(got, windowed.transpose(y, d, *_key(5), nnz, offset))
 
 
+def test_row_split_rules():
+    """The forward splits off a last 64-row tile of fewer than 16 rows where there are 4-32 full
+    tiles; the transpose splits off the rows past a multiple of 16 from 512 rows on."""
+    forward_rows = {255: 255, 257: 256, 271: 256, 272: 272, 1023: 1023, 1025: 1024, 1039: 1024, 2049: 2048, 2113: 2113}
+    assert {n: windowed._forward_main_rows(n) for n in forward_rows} == forward_rows
+    transpose_rows = {511: 511, 512: 512, 513: 512, 4095: 4080, 4097: 4096, 65551: 65536}
+    assert {n: windowed._transpose_main_rows(n) for n in transpose_rows} == transpose_rows
+
+
+@pytest.mark.parametrize("op,n,main", [("forward", 257, 256), ("forward", 271, 256), ("transpose", 527, 512)])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_rows_split_off_a_multiple_of_16_match_reference(kernel_device, rng, monkeypatch, op, n, main, dtype):
+    """A call whose rows split (the rules above) runs one launch on the first rows and one on the
+    rest, and matches the reference: a strided input, a column offset past 2**32, k off the lattice."""
+    seen = []
+    name = "_forward" if op == "forward" else "_transpose_rows"
+    launch = getattr(windowed, name)
+    monkeypatch.setattr(windowed, name, lambda a, *args, **kw: seen.append(a.shape[0]) or launch(a, *args, **kw))
+    d, k, nnz, offset = 70, 100, 3, 2**32 + 9
+    if op == "forward":
+        x = torch.randn(n, 2 * d, generator=rng).to(dtype)[:, ::2]
+        want = reference.sparse_jl_forward(x.double(), k, seed=7, nnz=nnz, column_offset=offset)
+        got = windowed.forward(x.to(kernel_device), k, *_key(7), nnz, offset)
+    else:
+        y = torch.randn(n, 2 * k, generator=rng).to(dtype)[:, ::2]
+        want = reference.sparse_jl_transpose(y.double(), d, seed=7, nnz=nnz, column_offset=offset)
+        got = windowed.transpose(y.to(kernel_device), d, *_key(7), nnz, offset)
+    assert seen == [main, n - main]
+    assert got.shape == want.shape and got.dtype == dtype
+    assert _relative_error(got, want) <= TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize("k", [40, 64])  # classic, windowed
 def test_kernels_read_strided_inputs(kernel_device, rng, k):
     base = torch.randn(90, 2 * 150, generator=rng)
@@ -715,6 +747,23 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
     assert _launch.splits_to_fill(64, 4096, 8, cuda, summed) == 1
     assert _launch.splits_to_fill(64, 4096, 8, cuda) == 17
     assert _launch.splits_to_fill(64, 4096, 8, torch.device("cpu"), summed) == 1
+
+
+def test_summed_splits_are_dropped_where_the_waves_tie(monkeypatch):
+    """With two programs resident per SM (264 on 132 SMs), the forward keeps its d-splits only where
+    they take fewer waves per unit of work: 256, 512 and 1024 programs run unsplit (1, 2 and 4
+    waves either way), 96-384 keep theirs; the transpose's splits (not summed) are unchanged."""
+    from sjlt.ops import _launch
+
+    monkeypatch.setattr(_launch, "multiprocessor_count", lambda index: 132)
+    cuda = torch.device("cuda", 0)
+    summed = (2**30, 1024 * 1024 * 4)
+    programs = [96, 192, 256, 320, 384, 512, 640, 1024]
+    old = [_launch.splits_to_fill(p, 512, 8, cuda, summed) for p in programs]
+    assert old == [11, 6, 5, 4, 3, 3, 2, 2]
+    new = [_launch.splits_to_fill(p, 512, 8, cuda, summed, resident_per_sm=2) for p in programs]
+    assert new == [11, 6, 1, 4, 3, 1, 2, 1]
+    assert _launch.splits_to_fill(256, 512, 8, cuda, None, resident_per_sm=2) == 5
 
 
 def test_vector_stores_rule():

@@ -40,13 +40,21 @@ _SHORT_RUN_SPLITS = 4
 
 
 def splits_to_fill(
-    programs: int, max_splits: int, per_sm: int, device: torch.device, summed: tuple[int, int] | None = None
+    programs: int,
+    max_splits: int,
+    per_sm: int,
+    device: torch.device,
+    summed: tuple[int, int] | None = None,
+    resident_per_sm: int | None = None,
 ) -> int:
     """Splits of the work over d that bring ``programs`` up to ``per_sm`` programs per SM, at most
     ``max_splits``. ``summed``: (input bytes, bytes of one split's float32 partial) when the splits
     produce partials that a second launch sums (the forward). Below _SPLIT_MIN_BYTES of input, with
     short programs (``max_splits`` at most _SHORT_RUN_SPLITS), that launch costs more than it saves;
-    all partials together stay within ``sjlt.backends.workspace_bytes``."""
+    all partials together stay within ``sjlt.backends.workspace_bytes``. ``resident_per_sm``: the
+    programs an SM holds at once, if known; summed splits are then dropped where the unsplit launch
+    takes no more waves of resident programs per unit of work (:func:`_waves_per_work`) than the
+    split one, which then only adds its partials."""
     if device.type != "cuda":
         return 1
     if summed is not None:
@@ -58,7 +66,21 @@ def splits_to_fill(
     target = per_sm * multiprocessor_count(index)
     if programs >= target:
         return 1
-    return max(1, min(math.ceil(target / programs), max_splits))
+    splits = max(1, min(math.ceil(target / programs), max_splits))
+    if summed is not None and resident_per_sm and splits > 1:
+        resident = resident_per_sm * multiprocessor_count(index)
+        if _waves_per_work(programs, 1, resident) <= _waves_per_work(programs, splits, resident):
+            return 1
+    return splits
+
+
+def _waves_per_work(programs: int, splits: int, resident: int) -> float:
+    """The waves of ``resident`` programs that ``programs`` row tiles in ``splits`` splits take,
+    over the splits: the launch's time in units of one unsplit program's, where every program of a
+    wave waits for the wave's longest. H100 (benchmarks/NOTES.md, "Forward splits by waves"): the
+    tensor-core forward's d-splits of 256, 512 and 1024 programs into 2-5 ran 1.03-1.28x slower than
+    one split (the waves tie, the partials cost), those of 96-384 into 3-11 1.14-6.2x faster."""
+    return math.ceil(programs * splits / resident) / splits
 
 
 def padded_row(k: int) -> int:

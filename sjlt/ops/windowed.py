@@ -452,12 +452,13 @@ def _grid(
     bands: int = 1,
     input_bytes: int | None = None,
     per_sm: int = 8,
+    resident_per_sm: int | None = None,
 ):
     """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
     ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
     (n, k) partials to be summed; ``bands``: programs per (row tile, window); ``input_bytes``:
     the bytes the launch reads (default: x's); ``per_sm``: the programs per SM that the splits
-    aim for."""
+    aim for; ``resident_per_sm``: see ``splits_to_fill``."""
     summed = out_features is not None
     n = x.shape[0]
     width = _width(nnz)
@@ -472,6 +473,7 @@ def _grid(
             per_sm,
             x.device,
             (input_bytes or x.numel() * x.element_size(), n * padded_row(out_features) * 4) if summed else None,
+            resident_per_sm,
         )
     per_split = math.ceil(groups / splits)
     return block_m, width, tiles, math.ceil(groups / per_split), per_split
@@ -484,9 +486,25 @@ def forward(
     group, the one chunk that lands there by its signed-permutation tile, several groups per step
     (for half types with short runs on Hopper, in Gluon: :func:`_gluon_forward`); or (one row tile
     of exact float32 or a half type, long runs: :func:`_shuffles`) permutes and adds the chunk's
-    columns on the CUDA cores."""
+    columns on the CUDA cores. A last row tile of few rows takes a launch of its own
+    (:func:`_forward_main_rows`)."""
     tables = window_tables(x.shape[1], out_features, key0, key1, nnz, column_offset, x.device)
-    return _forward(x, tables, out_features, nnz, column_offset, tiling)
+    main = _forward_main_rows(x.shape[0])
+    y = _forward(x[:main], tables, out_features, nnz, column_offset, tiling)
+    if main < x.shape[0]:
+        y = torch.cat((y, _forward(x[main:], tables, out_features, nnz, column_offset, tiling)))
+    return y
+
+
+def _forward_main_rows(n: int) -> int:
+    """The rows of a forward's first launch; a second takes the rest. A last row tile (64 rows) of
+    fewer than 16 rows costs its programs' whole work, over 3% of the launch with at most 32 full
+    tiles; a launch of the full tiles plus one of the few rows left (on the few-row paths) is
+    cheaper. H100 (benchmarks/NOTES.md, "Any n"), 1024 x 2**20 -> 2560-4096, n = 1025 and 1039:
+    float32 1.17-1.21x the time at n = 1024 in one launch, 1.03-1.04x in two; bfloat16 1.12x and
+    1.06x; at 65536 rows the nearly empty tile costs nothing measurable."""
+    tail = n % 64
+    return n - tail if 0 < tail < 16 and 64 * 4 <= n < 64 * 33 else n
 
 
 def forward_blocks(
@@ -536,6 +554,11 @@ def _spans(blocks: list, x: torch.Tensor, column_offset: int, windows: int) -> n
     g_end = _group_of(columns + rows[:, 1] - 1, windows) + 1
     return np.stack([offsets, rows[:, 1], columns, rows[:, 3], g_begin, g_end], axis=1)
 
+
+#: Tensor-core forward programs an SM holds at once (float32 and the half types' 128-row programs:
+#: 255 registers a thread, 4 warps, so two fit its register file), from which their d-splits are
+#: weighed in waves (``splits_to_fill``; H100, benchmarks/NOTES.md "Forward splits by waves").
+_TILE_PROGRAMS_RESIDENT_PER_SM = 2
 
 #: Programs per SM that the one-warp CUDA-core forward's splits aim for: H100 (benchmarks/NOTES.md,
 #: "Grouped launches"), n = 16 and 32 at d = 2**25, k = 2048 and 8192, with loads two groups ahead:
@@ -611,11 +634,13 @@ def _forward(
     groups = tables.groups if spans is None else int((spans[:, 5] - spans[:, 4]).sum())
     input_bytes = None if spans is None else int(spans[:, 1].sum()) * n * x.element_size()
     per_sm = 8 if spans is None else _GROUPED_PROGRAMS_PER_SM
+    # the half types' 64-row programs are not weighed in waves: unsplit they ran 1.02-1.07x slower
+    resident = _TILE_PROGRAMS_RESIDENT_PER_SM if spans is None and x.dtype == torch.float32 else None
     bands = spec.band_count(nnz)
     fp32_passes, dot_type = dot_config(x.dtype)
     block_m = tiling.blocks[0] if tiling.blocks else None
     block_m, width, tiles, splits, per_split = _grid(
-        x, nnz, groups, tables.windows, tiling.splits, block_m, out_features, bands, input_bytes, per_sm
+        x, nnz, groups, tables.windows, tiling.splits, block_m, out_features, bands, input_bytes, per_sm, resident
     )
     fold = _fold(out_features, nnz)
     if spans is None and (
@@ -643,9 +668,20 @@ def _forward(
         aligned = spans is not None or _aligned_chunks(x, column_offset)
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
         if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, fold > 0 and bands == 1):
-            wide_per_sm = _FOLDED_WIDE_PROGRAMS_PER_SM if fold and spans is None else per_sm
+            folded_wide = fold and spans is None
+            wide_per_sm = _FOLDED_WIDE_PROGRAMS_PER_SM if folded_wide else per_sm
             block_m, width, tiles, splits, per_split = _grid(
-                x, nnz, groups, tables.windows, tiling.splits, _WIDE_ROWS, out_features, bands, input_bytes, wide_per_sm
+                x,
+                nnz,
+                groups,
+                tables.windows,
+                tiling.splits,
+                _WIDE_ROWS,
+                out_features,
+                bands,
+                input_bytes,
+                wide_per_sm,
+                None if fold or spans is not None else _TILE_PROGRAMS_RESIDENT_PER_SM,
             )
     if spans is None:
         out, stride_split = forward_output(n, out_features, splits, x)
@@ -734,24 +770,46 @@ def transpose(
     ``sjlt.backends.workspace_bytes`` per slab of rows and groups, the last band rounding into Z.
     Splits own disjoint groups, so every column is written by one program per launch. Off the
     lattice a half-type y with two bands or more is first unfolded to the lattice's k'
-    (:func:`_unfolds_y`); elsewhere the kernel folds the padded rows itself."""
+    (:func:`_unfolds_y`); elsewhere the kernel folds the padded rows itself. Rows past a multiple
+    of 16 take launches of their own (:func:`_transpose_main_rows`)."""
     bands = spec.band_count(nnz)
     if _unfolds_y(y, in_features, bands, nnz):
         y = _unfolded(y, nnz)
     n, k = y.shape
     tables = window_tables(in_features, k, key0, key1, nnz, column_offset, y.device)
     z = _buffers.empty((n, in_features), y.dtype, y.device)
+    main = _transpose_main_rows(n)
+    _transpose_rows(y[:main], z[:main], tables, nnz, in_features, column_offset, tiling)
+    if main < n:
+        _transpose_rows(y[main:], z[main:], tables, nnz, in_features, column_offset, tiling)
+    return z
+
+
+def _transpose_main_rows(n: int) -> int:
+    """The rows of a transpose's first launch, a multiple of 16 from 512 rows on; a second takes the
+    rest. The kernel specialises on a row count that 16 divides: bfloat16 at n = 4095 compiles to
+    145 registers against 128 at 4096, 3 programs per SM against 4 (benchmarks/NOTES.md, "Any k",
+    item 19). H100 ("Any n"), n = m - 1, m + 1, m + 15 against m: one launch 1.11-1.31x at
+    m = 1024-4096 (both dtypes, d = 2**17-2**20), two launches 1.00-1.06x; at m = 256 two lost
+    (1.02-1.07x -> 1.13-1.19x at n = 255), at 65536 neither mattered."""
+    return n - n % 16 if n >= 512 else n
+
+
+def _transpose_rows(y, z, tables: WindowTables, nnz: int, in_features: int, column_offset: int, tiling: Tiling):
+    """z = y S for rows of y and z (see :func:`transpose`)."""
+    n, k = y.shape
+    bands = spec.band_count(nnz)
     if _pads_y(y, in_features, bands):
         y = _buffers.empty((n, padded_row(k)), y.dtype, y.device)[:, :k].copy_(y)
     if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
         _transpose_band(
             y, z, z, 0, 0, tables, 0, nnz, in_features, column_offset, 0, tables.groups, tiling, paired=bands == 2
         )
-        return z
+        return
     if y.dtype == torch.float32:
         for band in range(bands):
             _transpose_band(y, z, z, 0, 0, tables, band, nnz, in_features, column_offset, 0, tables.groups, tiling)
-        return z
+        return
     rows, groups = _transpose_slab(n, tables.windows, tables.groups)
     chunk = spec.WINDOW * tables.windows  # input columns per group
     first_column = tables.group_base * chunk - column_offset  # of table group 0, in z (may be < 0)
@@ -779,7 +837,6 @@ def transpose(
                     g1,
                     tiling,
                 )
-    return z
 
 
 def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
