@@ -752,7 +752,8 @@ def test_split_partials_stay_within_the_workspace_budget(monkeypatch):
 def test_summed_splits_are_dropped_where_the_waves_tie(monkeypatch):
     """With two programs resident per SM (264 on 132 SMs), the forward keeps its d-splits only where
     they take fewer waves per unit of work: 256, 512 and 1024 programs run unsplit (1, 2 and 4
-    waves either way), 96-384 keep theirs; the transpose's splits (not summed) are unchanged."""
+    waves either way), 96, 192, 320, 384 and 640 keep theirs; the transpose's splits (not summed)
+    are unchanged."""
     from sjlt.ops import _launch
 
     monkeypatch.setattr(_launch, "multiprocessor_count", lambda index: 132)

@@ -78,8 +78,9 @@ def _waves_per_work(programs: int, splits: int, resident: int) -> float:
     """The waves of ``resident`` programs that ``programs`` row tiles in ``splits`` splits take,
     over the splits: the launch's time in units of one unsplit program's, where every program of a
     wave waits for the wave's longest. H100 (benchmarks/NOTES.md, "Forward splits by waves"): the
-    tensor-core forward's d-splits of 256, 512 and 1024 programs into 2-5 ran 1.03-1.28x slower than
-    one split (the waves tie, the partials cost), those of 96-384 into 3-11 1.14-6.2x faster."""
+    tensor-core forward's d-splits of 256, 512 and 1024 programs into 2-5 ran 1.00-1.28x slower than
+    one split (the waves tie, the partials cost), those of 24-160, 320 and 384 programs into 3-44
+    1.14-6.2x faster."""
     return math.ceil(programs * splits / resident) / splits
 
 

@@ -668,8 +668,7 @@ def _forward(
         aligned = spans is not None or _aligned_chunks(x, column_offset)
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
         if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, fold > 0 and bands == 1):
-            folded_wide = fold and spans is None
-            wide_per_sm = _FOLDED_WIDE_PROGRAMS_PER_SM if folded_wide else per_sm
+            wide_per_sm = _FOLDED_WIDE_PROGRAMS_PER_SM if fold and spans is None else per_sm
             block_m, width, tiles, splits, per_split = _grid(
                 x,
                 nnz,
@@ -795,7 +794,15 @@ def _transpose_main_rows(n: int) -> int:
     return n - n % 16 if n >= 512 else n
 
 
-def _transpose_rows(y, z, tables: WindowTables, nnz: int, in_features: int, column_offset: int, tiling: Tiling):
+def _transpose_rows(
+    y: torch.Tensor,
+    z: torch.Tensor,
+    tables: WindowTables,
+    nnz: int,
+    in_features: int,
+    column_offset: int,
+    tiling: Tiling,
+):
     """z = y S for rows of y and z (see :func:`transpose`)."""
     n, k = y.shape
     bands = spec.band_count(nnz)
