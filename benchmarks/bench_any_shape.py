@@ -13,8 +13,8 @@ the aligned neighbour (the same call with d rounded down to a multiple of 16, co
 is 1.15x.
 
 **Any n** (``--sections anyn``, not in the default run). Row counts off a multiple of 16 (m - 1,
-m + 1, m - 8, m + 15) against m itself: bfloat16 transposes measured 1.1-1.3x at n = m - 1
-(NOTES.md, "Any k", items 18-19).
+m + 1, m - 8, m + 15) against m itself, the bar 1.15x: 0.97-1.09x since the last rows take a launch
+of their own, 1.1-1.3x before (NOTES.md, "Any n").
 
 Times are medians of ``triton.testing.do_bench`` after warm-up, on random data; % of the floor is
 the bytes moved (read the input, write the output) over the device-to-device copy rate measured in

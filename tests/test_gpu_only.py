@@ -147,6 +147,48 @@ def test_cuda_graph_of_an_off_lattice_projection_and_its_backward(monkeypatch):
         assert torch.equal(static_y, want_y) and torch.equal(static_x.grad, want_grad)
 
 
+def test_cuda_graph_of_a_projection_whose_rows_split(monkeypatch):
+    """527 rows split in both directions (512 + 15: ``windowed._forward_main_rows`` and
+    ``_transpose_main_rows``), at ragged d and k; the graph of the forward and its backward replays
+    on new inputs equal to eager calls, bitwise."""
+    rows = []
+    for name in ("_forward", "_transpose_rows"):
+        launch = getattr(windowed, name)
+        monkeypatch.setattr(
+            windowed, name, lambda a, *args, _launch=launch, **kw: rows.append(a.shape[0]) or _launch(a, *args, **kw)
+        )
+    n, d, k = 527, 4001, 1000  # over the dense algorithm's launch-bound flops
+
+    def eager(x_value, grad_value):
+        x = x_value.clone().requires_grad_()
+        y = F.sparse_jl(x, k, seed=9)
+        y.backward(grad_value)
+        return y.detach(), x.grad
+
+    static_x = torch.randn(n, d, device="cuda", requires_grad=True)
+    static_grad = torch.randn(n, k, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        F.sparse_jl(static_x, k, seed=9).backward(static_grad)  # warm up
+    torch.cuda.current_stream().wait_stream(stream)
+    static_x.grad = None
+    assert rows == [512, 15, 512, 15]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = F.sparse_jl(static_x, k, seed=9)
+        static_y.backward(static_grad)
+    for _ in range(2):
+        x_value, grad_value = torch.randn_like(static_x), torch.randn_like(static_grad)
+        with torch.no_grad():
+            static_x.copy_(x_value)
+        static_grad.copy_(grad_value)
+        graph.replay()
+        torch.cuda.synchronize()
+        want_y, want_grad = eager(x_value, grad_value)
+        assert torch.equal(static_y, want_y) and torch.equal(static_x.grad, want_grad)
+
+
 @pytest.mark.parametrize("n,d,k", [(16, 2**22, 4096), (256, 2**20, 8192)])
 def test_float32_error_at_long_d(n, d, k):
     """Issue 12's bar, 1e-5 relative to float64, where thousands of tensor-core steps feed one

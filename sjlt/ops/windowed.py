@@ -491,7 +491,7 @@ def forward(
     tables = window_tables(x.shape[1], out_features, key0, key1, nnz, column_offset, x.device)
     main = _forward_main_rows(x.shape[0])
     y = _forward(x[:main], tables, out_features, nnz, column_offset, tiling)
-    if main < x.shape[0]:
+    if main < x.shape[0]:  # the concatenation copies Y once: k / d of the bytes the launches read
         y = torch.cat((y, _forward(x[main:], tables, out_features, nnz, column_offset, tiling)))
     return y
 
