@@ -806,9 +806,6 @@ def _transpose_rows(
     """z = y S for rows of y and z (see :func:`transpose`)."""
     n, k = y.shape
     bands = spec.band_count(nnz)
-    if tiling.gluon:
-        _transpose_gluon(y, z, tables, nnz, in_features, column_offset, tiling)
-        return
     if _pads_y(y, in_features, bands):
         y = _buffers.empty((n, padded_row(k)), y.dtype, y.device)[:, :k].copy_(y)
     if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
@@ -847,52 +844,6 @@ def _transpose_rows(
                     g1,
                     tiling,
                 )
-
-
-def _transpose_gluon(
-    y: torch.Tensor,
-    z: torch.Tensor,
-    tables: WindowTables,
-    nnz: int,
-    in_features: int,
-    column_offset: int,
-    tiling: Tiling,
-):
-    """z = y S through ``sparse_jl_windowed_gluon_transpose_kernel``: programs of 16 rows per warp
-    that own whole groups, y's row tile in shared memory."""
-    from ..kernels.sparse_jl_windowed_gluon_transpose import sparse_jl_windowed_gluon_transpose_kernel
-
-    n, k = y.shape
-    warps = tiling.num_warps or 4
-    block_m = tiling.blocks[0] if tiling.blocks else 16
-    tiles = math.ceil(n / block_m)
-    splits = tiling.splits or splits_to_fill(tiles, max(1, tables.groups // 4), 8, y.device)
-    per_split = math.ceil(tables.groups / splits)
-    sparse_jl_windowed_gluon_transpose_kernel[(tiles, math.ceil(tables.groups / per_split))](
-        y,
-        tables.words,
-        tables.rotations,
-        z,
-        n,
-        in_features,
-        column_offset,
-        tables.group_base,
-        tables.groups,
-        per_split,
-        1.0 / math.sqrt(nnz),
-        k,
-        y.stride(0),
-        y.stride(1),
-        z.stride(0),
-        z.stride(1),
-        NNZ=nnz,
-        WINDOWS=tables.windows,
-        WIDTH=_width(nnz),
-        FOLDS=_fold(k, nnz) > 0,
-        BLOCK_M=block_m,
-        WARPS=warps,
-        num_warps=warps,
-    )
 
 
 def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
