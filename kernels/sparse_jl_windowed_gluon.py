@@ -14,7 +14,8 @@ that Triton's language does not give (benchmarks/NOTES.md, design 11):
   registers), STAGES steps in flight, into the buffer the wgmma reads as its K-major B operand.
 
 Eligible inputs (``sjlt.ops.windowed._gluon_forward``): float16/bfloat16 on sm_90, rows of unit
-column stride whose starts, row stride and column offset keep every chunk 16-byte aligned. Gluon
+column stride whose starts, row stride and column offset keep every chunk 16-byte aligned, and k on
+the lattice (k = 16 A nnz: folded rows take the Triton kernel, which ran them faster). Gluon
 kernels have no interpreter; CI compiles this one for sm_90 (tests/test_kernels_compile.py) and
 the GPU tests compare it with the Triton kernel and the reference.
 """
@@ -29,9 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .sparse_jl_windowed import (
     WINDOW,
     _band_blocks,
-    _folded_rows,
     _signed_permutation,
-    _spill_columns,
     _stacked_columns,
     _step_chunks,
     _step_words,
@@ -117,7 +116,6 @@ def sparse_jl_windowed_gluon_forward_kernel(
     words_ptr,
     rotations_ptr,
     out_ptr,
-    spill_ptr,
     n,
     d,
     column_offset,
@@ -134,8 +132,6 @@ def sparse_jl_windowed_gluon_forward_kernel(
     NNZ: gl.constexpr,
     BLOCKS: gl.constexpr,
     BANDS: gl.constexpr,
-    FOLDS: gl.constexpr,
-    ROW_ALIGN: gl.constexpr,
     BLOCK_N: gl.constexpr,
     WIDTH: gl.constexpr,
     GROUPS: gl.constexpr,
@@ -145,10 +141,8 @@ def sparse_jl_windowed_gluon_forward_kernel(
     """out[split, rows, window a of every block of one band], as the Triton forward writes it (same
     grid, splits and output). BLOCK_N rows (the wgmma's N), split between WARPS // 4 warpgroups
     (one by default: two ran slower, benchmarks/NOTES.md, design 11); WIDTH = 16 * BLOCKS padded to
-    a power of two and to at least 64 (the wgmma's M). ROW_ALIGN divides the output's row and split
-    strides, as in the Triton forward."""
-    stride_om = stride_om // ROW_ALIGN * ROW_ALIGN
-    stride_split = stride_split // ROW_ALIGN * ROW_ALIGN
+    a power of two and to at least 64 (the wgmma's M). k is on the lattice (no folded rows), so
+    Y's rows and the partials' are 16-element aligned."""
     DTYPE: gl.constexpr = x_ptr.dtype.element_ty
     STEP_COLUMNS: gl.constexpr = WINDOW * GROUPS
     # WARPS // 4 warpgroups, each with BLOCK_N / (WARPS // 4) of the rows.
@@ -278,26 +272,9 @@ def sparse_jl_windowed_gluon_forward_kernel(
     q_out = gl.arange(0, WIDTH, layout=gl.SliceLayout(1, store_layout))
     rows = row0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
     _, exists = _band_blocks(q_out, band, NNZ, BLOCKS)
-    mask = exists[:, None] & (rows < n)[None, :]
-    if FOLDS:  # windows 0 and A - 1 whole to the float32 spill, the rest to Y, as the Triton forward
-        if (window == 0) | (window == windows - 1):
-            spill_cols = _spill_columns(q_out, window, band, BLOCKS)
-            gl.store(
-                spill_ptr + ((pid_s.to(gl.int64) * n + rows[None, :]) * NNZ) * (2 * WINDOW) + spill_cols[:, None],
-                out,
-                mask=mask,
-            )
-        else:
-            cols = _folded_rows(q_out, window, windows, band, out_features, NNZ, BLOCKS, False)[0]
-            gl.store(
-                out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
-                out.to(out_ptr.dtype.element_ty),
-                mask=mask,
-            )
-    else:
-        cols = _window_columns(q_out, window, windows, band, BLOCKS)
-        gl.store(
-            out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
-            out.to(out_ptr.dtype.element_ty),
-            mask=mask,
-        )
+    cols = _window_columns(q_out, window, windows, band, BLOCKS)
+    gl.store(
+        out_ptr + pid_s.to(gl.int64) * stride_split + rows[None, :] * stride_om + cols[:, None] * stride_ok,
+        out.to(out_ptr.dtype.element_ty),
+        mask=exists[:, None] & (rows < n)[None, :],
+    )

@@ -199,11 +199,11 @@ def test_float32_error_at_long_d(n, d, k):
     assert float((y.double() - want).abs().max() / want.abs().max()) <= 1e-5
 
 
-@pytest.mark.parametrize("k,rows", [(1000, 64), (3000, 128)])
-def test_folded_half_type_forward_with_long_runs_matches_reference(monkeypatch, k, rows):
-    """Folded k with at least 128 rows and long runs (256 and 171 groups in one split): one band
-    (k = 1000) in 64-row programs, two bands (3000) in 128-row ones (``windowed._wide_rows``);
-    several row tiles and an aligned column offset. The interpreter's 16-row tiles reach neither."""
+@pytest.mark.parametrize("k", [1000, 3000])
+def test_folded_half_type_forward_with_long_runs_matches_reference(monkeypatch, k):
+    """Folded k with at least 128 rows and long runs (256 and 171 groups in one split), one band
+    (k = 1000) and two (3000), in 128-row programs (``windowed._wide_rows``); several row tiles
+    and an aligned column offset. The interpreter's 16-row tiles reach neither."""
     grids = []
     grid = windowed._grid
     monkeypatch.setattr(windowed, "_grid", lambda *args, **kwargs: grids.append(grid(*args, **kwargs)) or grids[-1])
@@ -213,7 +213,7 @@ def test_folded_half_type_forward_with_long_runs_matches_reference(monkeypatch, 
     x = torch.randn(n, d, device="cuda").to(torch.bfloat16)
     key = sjlt.spec.philox_key(8)
     y = windowed.forward(x, k, *key, nnz, offset, Tiling(splits=1))
-    assert grids[-1][0] == rows  # the launch's BLOCK_M
+    assert grids[-1][0] == windowed._WIDE_ROWS  # the launch's BLOCK_M
     want = reference.sparse_jl_forward(x.double(), k, seed=8, nnz=nnz, column_offset=offset)
     assert float((y.double() - want).abs().max() / want.abs().max()) < 1e-2
 
@@ -261,14 +261,6 @@ GLUON_CASES = [
     (64, 2048, 64, 4, 0, 1, 64, 1, 2, torch.float16),  # A = 1, one group per step
     (40, 5008, 768, 24, 2**31 + 16, 1, 64, 4, 3, torch.bfloat16),  # three bands
     (129, 1024, 48, 3, 0, 1, 128, 4, 2, torch.bfloat16),  # nnz 3: WIDTH padded to the wgmma's 64
-    # off the lattice (folded rows; windows 0 and A - 1 go to the spill): output rows 8-element
-    # aligned; 4-aligned in float32 partials over splits, with the last block cut at k; 16-aligned
-    # over two bands; 2-aligned (k = 1002, stored element by element); a folded whole window
-    (150, 1200, 1000, 8, 0, 1, 128, 4, 2, torch.bfloat16),
-    (77, 4096 + 48, 2500, 16, 2**33 + 32, 3, 64, 4, 2, torch.float16),
-    (300, 3008, 4000, 16, 16, 2, 128, 2, 3, torch.bfloat16),
-    (129, 1024, 1002, 8, 0, 1, 128, 4, 2, torch.bfloat16),
-    (40, 5008, 100, 6, 2**31 + 16, 1, 64, 4, 3, torch.bfloat16),
 ]
 
 
@@ -301,13 +293,10 @@ def test_gluon_forward_reads_a_padded_row_stride():
 
 @GLUON
 def test_gluon_forward_rule_on_the_gpu():
-    """Taken by default for an eligible short-run input, on the lattice or off it with output rows
-    8-byte aligned; never for float32, misaligned or strided inputs, which keep the Triton kernel
-    (and Tiling(gluon=True) says why it cannot run)."""
+    """Taken by default for an eligible short-run input; never for float32, misaligned or strided
+    inputs, which keep the Triton kernel (and Tiling(gluon=True) says why it cannot run)."""
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     assert windowed._gluon_forward(x, 0, 16) and windowed._gluon_forward(x, 2**33, 128)
-    assert windowed._gluon_forward(x, 0, 16, folded_k=1000)  # 8-byte aligned output rows
-    assert not windowed._gluon_forward(x, 0, 16, folded_k=1002)
     assert not windowed._gluon_forward(x, 8, 16)  # chunks would start mid-vector
     assert not windowed._gluon_forward(x.float(), 0, 16)
     assert not windowed._gluon_forward(x[:, 8:], 0, 16)  # unaligned start and width

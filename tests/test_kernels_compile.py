@@ -225,22 +225,27 @@ def _variants():
                         **_segments(nnz, block_m),
                     },
                 )
-            if dtype != "fp32" and nnz in (16, 8) and block_m == 64:  # 128-row pipelined forwards (_wide_rows)
-                yield (
-                    "sparse_jl_windowed_forward_kernel",
-                    tile_signature,
-                    {
-                        **const,
-                        "FOLDS": const["FOLDS"] and spec.band_count(nnz) > 1,  # one band folds in 64 rows
-                        "BLOCK_M": windowed._WIDE_ROWS,
-                        "GROUPS": 4,
-                        "UNROLL": 1,
-                        "PROMOTE_EVERY": 0,
-                        "PIPELINED": True,
-                        "VECTOR_STORES": False,
-                        **_segments(nnz, block_m),
-                    },
-                )
+            if dtype != "fp32" and nnz in (16, 8) and block_m == 64:
+                # 128-row forwards (_wide_rows) of aligned rows: pipelined steps, or any steps where
+                # rows fold
+                for groups, unroll, _, pipelined in sorted(
+                    {windowed._forward_steps(torch_dtypes[dtype], run, True) for run in (1, 10**6)}
+                ):
+                    if pipelined or const["FOLDS"]:
+                        yield (
+                            "sparse_jl_windowed_forward_kernel",
+                            tile_signature,
+                            {
+                                **const,
+                                "BLOCK_M": windowed._WIDE_ROWS,
+                                "GROUPS": groups,
+                                "UNROLL": unroll,
+                                "PROMOTE_EVERY": 0,
+                                "PIPELINED": pipelined,
+                                "VECTOR_STORES": False,
+                                **_segments(nnz, block_m),
+                            },
+                        )
             # the CUDA-core forward (_shuffles): exact float32 and half types to 32 rows
             if (dtype != "fp32" or passes == 3) and block_m in (32, 16):
                 yield (
@@ -363,7 +368,6 @@ def _gluon_variants():
                     "words_ptr": "*i32",
                     "rotations_ptr": "*i32",
                     "out_ptr": f"*{dtype}",
-                    "spill_ptr": "*fp32",
                     "n": I32,
                     "d": I64,
                     "column_offset": I64,
@@ -382,8 +386,6 @@ def _gluon_variants():
                     "NNZ": nnz,
                     "BLOCKS": windowed._band_blocks(nnz),
                     "BANDS": spec.band_count(nnz),
-                    "FOLDS": nnz in (16, 3),
-                    "ROW_ALIGN": {16: 4, 3: 2}.get(nnz, 16),  # Y's stores vectorized or not
                     "BLOCK_N": block_n,
                     "WIDTH": max(windowed._width(nnz), windowed._GLUON_MIN_WIDTH),
                     "GROUPS": groups,

@@ -294,28 +294,26 @@ def test_wide_row_forward_matches_reference(kernel_device, rng, dtype):
 
 
 def test_wide_rows_rule():
-    """128-row programs for pipelined half-type forwards with at least 128 rows, unless one band
-    folds rows."""
+    """128-row programs for half-type forwards with at least 128 rows and pipelined steps, or folded
+    rows whatever the steps."""
     rule = windowed._wide_rows
     assert rule(torch.bfloat16, 128, True) and rule(torch.float16, 10**6, True)
     assert not rule(torch.bfloat16, 127, True) and not rule(torch.bfloat16, 4096, False)
-    assert not rule(torch.float32, 4096, True)
-    assert rule(torch.bfloat16, 4096, True, one_band_fold=False)
-    assert not rule(torch.bfloat16, 4096, True, one_band_fold=True)
+    assert not rule(torch.float32, 4096, True) and not rule(torch.float32, 4096, True, folded=True)
+    assert rule(torch.bfloat16, 4096, True, folded=True) and rule(torch.bfloat16, 4096, False, folded=True)
+    assert not rule(torch.bfloat16, 127, False, folded=True)
 
 
 def test_forward_asks_the_wide_rows_rule_about_its_fold(kernel_device, rng, monkeypatch):
-    """The forward tells ``_wide_rows`` whether one band folds rows: k = 1000 (nnz 8, folded), not
-    for 1024 (the lattice) or 4000 (two bands, folded). The rule's answer is recorded, then 64
-    rows are kept so that the interpreter stays quick."""
+    """The forward tells ``_wide_rows`` whether it folds rows: k = 1000 (nnz 8) and 4000 (two
+    bands) do, 1024 (the lattice) does not. The rule's question is recorded and its answer kept
+    at 64 rows, so that the interpreter stays quick."""
     asked = []
-    monkeypatch.setattr(
-        windowed, "_wide_rows", lambda dtype, n, pipelined, one_band_fold=False: asked.append(one_band_fold)
-    )
+    monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, folded=False: asked.append(folded))
     x = torch.randn(21, 1024, generator=rng).to(BF16).to(kernel_device)
     for k in (1000, 1024, 4000):
         windowed.forward(x, k, *_key(5), spec.default_nnz(k), 0, Tiling(splits=1))
-    assert asked == [True, False, False]
+    assert asked == [True, False, True]
 
 
 def test_shuffle_forward_rule():
@@ -335,9 +333,9 @@ def test_shuffle_forward_rule():
 
 
 def test_gluon_forward_rule(monkeypatch):
-    """Half types with more than 32 rows and 16-128 groups per program, on the lattice or with
-    output rows 8-byte aligned, where the GPU can run it; the rest keep the Triton kernels. (The
-    kernel itself runs in tests/test_gpu_only.py: Gluon has no interpreter.)"""
+    """Half types with more than 32 rows and 16-128 groups per program, where the GPU can run it;
+    the rest keep the Triton kernels. (The kernel itself runs in tests/test_gpu_only.py: Gluon has
+    no interpreter.)"""
     x = torch.empty(64, 1024, dtype=torch.bfloat16)
     assert not windowed._gluon_supported(x, 0)  # not on a GPU
     monkeypatch.setattr(windowed, "_gluon_supported", lambda x, column_offset: x.dtype != torch.float32)
@@ -345,9 +343,19 @@ def test_gluon_forward_rule(monkeypatch):
     assert rule(x, 0, 16) and rule(x, 0, 128) and rule(x.half(), 0, 64)
     assert not rule(x, 0, 15) and not rule(x, 0, 129)
     assert not rule(x[:32], 0, 64) and not rule(x.float(), 0, 64)
-    # off the lattice where output rows are 8-byte aligned (k a multiple of 4 half-type elements)
-    assert rule(x, 0, 64, folded_k=1000) and rule(x, 0, 64, folded_k=2500)
-    assert not rule(x, 0, 64, folded_k=1002) and not rule(x, 0, 64, folded_k=777)
+
+
+def test_folded_forwards_do_not_ask_for_the_gluon_kernel(kernel_device, rng, monkeypatch):
+    """Only a forward with k on the lattice asks the Gluon rule (k = 1024, not 1000 or 2500), and
+    Tiling(gluon=True) with folded rows says that the Gluon kernel runs lattice k only."""
+    asked = []
+    monkeypatch.setattr(windowed, "_gluon_forward", lambda *args: asked.append(args) and False)
+    x = torch.randn(40, 1024, generator=rng).to(BF16).to(kernel_device)
+    for k in (1000, 1024, 2500):
+        windowed.forward(x, k, *_key(2), spec.default_nnz(k), 0, Tiling(splits=1))
+    assert len(asked) == 1
+    with pytest.raises(ValueError, match="on the lattice"):
+        windowed.forward(x, 1000, *_key(2), 8, 0, Tiling(gluon=True))
 
 
 def test_gluon_forward_refuses_an_input_it_cannot_run(kernel_device):
@@ -753,7 +761,8 @@ def test_summed_splits_are_dropped_where_the_waves_tie(monkeypatch):
     """With two programs resident per SM (264 on 132 SMs), the forward keeps its d-splits only where
     they take fewer waves per unit of work: 256, 512 and 1024 programs run unsplit (1, 2 and 4
     waves either way), 96, 192, 320, 384 and 640 keep theirs; the transpose's splits (not summed)
-    are unchanged."""
+    are unchanged. Weighed for the fewest waves (one-band folded forwards), each takes the count
+    up to the fill rule's with the fewest waves per unit of work."""
     from sjlt.ops import _launch
 
     monkeypatch.setattr(_launch, "multiprocessor_count", lambda index: 132)
@@ -765,6 +774,9 @@ def test_summed_splits_are_dropped_where_the_waves_tie(monkeypatch):
     new = [_launch.splits_to_fill(p, 512, 8, cuda, summed, resident_per_sm=2) for p in programs]
     assert new == [11, 6, 1, 4, 3, 1, 2, 1]
     assert _launch.splits_to_fill(256, 512, 8, cuda, None, resident_per_sm=2) == 5
+    programs = [96, 128, 192, 256, 320, 384, 512, 640, 1024]
+    fewest = [_launch.splits_to_fill(p, 512, 8, cuda, summed, 2, fewest_waves=True) for p in programs]
+    assert fewest == [11, 2, 4, 1, 4, 2, 1, 2, 1]  # e.g. 128 programs: 2 splits, 1 wave of half the work
 
 
 def test_vector_stores_rule():
@@ -785,7 +797,7 @@ def test_forward_stores_as_the_vector_stores_rule_says(kernel_device, rng, monke
     reference's Y (bfloat16, k = 4096 with two bands; wide programs forced, as in a long run)."""
     import sjlt.kernels.sparse_jl_windowed as kernels
 
-    monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, one_band_fold=False: wide)
+    monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, folded=False: wide)
     passed = []
     kernel = kernels.sparse_jl_windowed_forward_kernel
 
@@ -839,25 +851,32 @@ def test_forward_splits_budget_the_padded_partials(monkeypatch):
     assert summed == [(16 * 1024 * 4, 16 * _launch.padded_row(17) * 4)] and _launch.padded_row(17) == 32
 
 
-def test_folded_wide_forward_splits_for_one_program_per_sm(kernel_device, rng, monkeypatch):
-    """A two-band forward with folded rows in wide programs asks for splits only up to one program
-    per SM (k = 4000); on the lattice (k = 4096) the wide programs keep the forward's 8 per SM. The
-    wide rows are forced; the per-SM targets of the forward's grids are recorded."""
-    monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, one_band_fold=False: True)
+def test_folded_wide_forward_splits(kernel_device, rng, monkeypatch):
+    """The splits the wide programs' grid asks for, as (programs per SM, resident per SM, fewest
+    waves): a two-band fold (k = 4000) one program per SM, unweighed; a one-band fold (k = 1000)
+    8 per SM weighed in the fewest waves of 2 resident; the lattice (k = 4096) 8 per SM with the
+    wave rule. The wide rows are forced; each forward's grids are recorded after the first."""
+    monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, folded=False: True)
     asked = []
     grid = windowed._grid
 
-    def recorded(*args):
-        asked[-1].append(args[9])
-        return grid(*args)
+    def recorded(*args, fewest_waves=False):
+        asked[-1].append((args[9], args[10], fewest_waves))
+        return grid(*args, fewest_waves=fewest_waves)
 
     monkeypatch.setattr(windowed, "_grid", recorded)
     x = torch.randn(21, 256, generator=rng).to(BF16).to(kernel_device)
-    for k in (4000, 4096):
+    for k in (4000, 1000, 4096):
         asked.append([])
-        y = windowed.forward(x, k, *_key(5), 16, 0)
+        y = windowed.forward(x, k, *_key(5), spec.default_nnz(k), 0)
         assert y.shape == (21, k)
-    assert asked == [[8, windowed._FOLDED_WIDE_PROGRAMS_PER_SM], [8, 8]] and windowed._FOLDED_WIDE_PROGRAMS_PER_SM == 1
+    resident = windowed._TILE_PROGRAMS_RESIDENT_PER_SM
+    assert [grids[1] for grids in asked] == [
+        (windowed._FOLDED_WIDE_PROGRAMS_PER_SM, None, False),
+        (8, resident, True),
+        (8, resident, False),
+    ]
+    assert windowed._FOLDED_WIDE_PROGRAMS_PER_SM == 1 and resident == 2
 
 
 @pytest.mark.parametrize("name", ["workspace_bytes", "dense_cache_bytes"])

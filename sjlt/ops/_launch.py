@@ -46,6 +46,7 @@ def splits_to_fill(
     device: torch.device,
     summed: tuple[int, int] | None = None,
     resident_per_sm: int | None = None,
+    fewest_waves: bool = False,
 ) -> int:
     """Splits of the work over d that bring ``programs`` up to ``per_sm`` programs per SM, at most
     ``max_splits``. ``summed``: (input bytes, bytes of one split's float32 partial) when the splits
@@ -54,7 +55,8 @@ def splits_to_fill(
     all partials together stay within ``sjlt.backends.workspace_bytes``. ``resident_per_sm``: the
     programs an SM holds at once, if known; summed splits are then dropped where the unsplit launch
     takes no more waves of resident programs per unit of work (:func:`_waves_per_work`) than the
-    split one, which then only adds its partials."""
+    split one, which then only adds its partials; with ``fewest_waves``, the count up to that
+    split's that takes the fewest waves per unit of work (the fewest splits among equals)."""
     if device.type != "cuda":
         return 1
     if summed is not None:
@@ -69,6 +71,8 @@ def splits_to_fill(
     splits = max(1, min(math.ceil(target / programs), max_splits))
     if summed is not None and resident_per_sm and splits > 1:
         resident = resident_per_sm * multiprocessor_count(index)
+        if fewest_waves:
+            return min(range(1, splits + 1), key=lambda s: (_waves_per_work(programs, s, resident), s))
         if _waves_per_work(programs, 1, resident) <= _waves_per_work(programs, splits, resident):
             return 1
     return splits

@@ -103,13 +103,6 @@ def _fold(out_features: int, nnz: int) -> int:
     return spec.max_fold(out_features, nnz)
 
 
-def _row_align(out: torch.Tensor, stride_split: int) -> int:
-    """The largest power of two up to 16 that divides the forward output's row and split strides
-    and its start (in elements): the Gluon kernel's ROW_ALIGN, from which it vectorizes Y's stores."""
-    start = out.data_ptr() // out.element_size() if out.data_ptr() % out.element_size() == 0 else 1
-    return math.gcd(out.stride(-2), stride_split, start, spec.WINDOW)
-
-
 def _spill(n: int, splits: int, nnz: int, fold: int, like: torch.Tensor) -> torch.Tensor:
     """The forward kernels' float32 spill of (splits, n, nnz, 2, 16): windows 0 and A - 1 of each
     block, which hold its folded rows and the rows they fold onto, stored apart so that each output
@@ -220,25 +213,25 @@ def _partial_first(dtype: torch.dtype) -> bool:
     return dtype == torch.float32
 
 
-def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, one_band_fold: bool = False) -> bool:
-    """Whether a half-type forward with pipelined steps (long runs) takes 128-row programs (still 4
-    warps). H100 (``sweep_windowed.py --block-m 128 --warps 4 --pipelined``, benchmarks/RESULTS.md):
-    1.07x faster at 4096 x 2**17 and 1.30x at 1024 x 2**20 -> 8192 than 64 rows, as the tile built
-    per step serves twice the rows (measured at nnz 16; the one-band programs of nnz <= 8 have the
-    same shape); float32 (whose three-pass step holds more registers) and 8 warps run slower. Fewer
-    rows than that would only fill the tile with masked rows. Not where one band (nnz <= 8) folds
-    rows (k off the lattice): there 64 rows ran 1.29-1.44x faster (H100, bfloat16, k = 300-1500 at
-    4096 x 2**17, 1000 at 1024 x 2**20 and 16384 x 2**15; 1.02x at 4096 x 2**17 -> 2000), where
-    with two bands 128 rows won as often as they lost (0.71-1.38x; benchmarks/NOTES.md, "Any k")."""
-    return dtype != torch.float32 and pipelined and n >= _WIDE_ROWS and not one_band_fold
+def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, folded: bool = False) -> bool:
+    """Whether a half-type forward takes 128-row programs (still 4 warps): with pipelined steps
+    (long runs), or wherever it folds rows (k off the lattice). H100 (``sweep_windowed.py
+    --block-m 128 --warps 4 --pipelined``, benchmarks/RESULTS.md): 1.07x faster at 4096 x 2**17 and
+    1.30x at 1024 x 2**20 -> 8192 than 64 rows, as the tile built per step serves twice the rows;
+    float32 (whose three-pass step holds more registers) and 8 warps run slower. Folded forwards
+    gain from them at short runs too (benchmarks/NOTES.md, "Any k", item 21: bfloat16 65536 x 2**14
+    -> 2100-3500, 73-114 groups per program, 0.85-0.95x the time of 64 rows, short of
+    262144 x 4096 -> 8000 at 8 groups, 1.11x). Fewer rows than 128 would only fill the tile with
+    masked rows."""
+    return dtype != torch.float32 and n >= _WIDE_ROWS and (pipelined or folded)
 
 
 #: Rows of a wide half-type forward program (:func:`_wide_rows`).
 _WIDE_ROWS = 128
 
 
-#: Programs per SM that the splits of a wide forward with folded rows aim for: one, so that such a
-#: forward splits only where its row tiles leave SMs idle. Its kernel in 128-row programs runs
+#: Programs per SM that the splits of a wide forward whose two bands or more fold rows aim for:
+#: one, so that such a forward splits only where its row tiles leave SMs idle. Its kernel in 128-row programs runs
 #: 1.2-1.5x slower writing float32 partials than writing Y (at 255 registers the two compile to
 #: different loops), so splitting cost more than it gained wherever the tiles fill the SMs once. H100,
 #: bfloat16, k = 2100-7000 with two bands, n = 1024-4096 (1 GiB of input): one split 0.60-0.99x the
@@ -291,30 +284,23 @@ _SHUFFLE_MAX_ROWS = {torch.float32: 32, torch.bfloat16: 32, torch.float16: 32}
 _SHUFFLE_RUN_GROUPS = 240
 
 
-def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int, folded_k: int | None = None) -> bool:
-    """Whether a forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``): half
-    types with more than 32 rows and 16-128 groups per program, where it wins (design 11; H100,
-    ``python benchmarks/sweep_gluon.py``, benchmarks/RESULTS.md "The forward in Gluon"): 1.04-1.11x
-    at 16-128 groups per program (2**20 x 1024 -> 64 / 256, 2**18 x 4096 -> 256 / 4096, 2**16 x 2**14
-    -> 1024, 2**16 x 2**13 -> 2048, 2**17 x 2048 -> 512), 0.98-0.99x at 8 (2**20 x 1024 -> 1024),
-    and 0.76-0.84x with runs of 512 groups and more, where the Triton kernel's pipelined 128-row
-    programs are faster. Off the lattice (``folded_k``, the k of a forward with folded rows) only
-    where output rows are 8-byte aligned (k a multiple of 4), so that its stores of Y vectorize:
-    there it took 0.67-0.79x the Triton kernel's time (H200, bfloat16 2**15-2**16 x 2**14,
-    k = 1000-12000; NOTES.md, "Any k", design 10), measured before design 11 gave the Triton
-    kernel's folded forwards the lattice's registers, so to be timed again. And only where it can
-    run (:func:`_gluon_supported`)."""
+def _gluon_forward(x: torch.Tensor, column_offset: int, groups_per_program: int) -> bool:
+    """Whether a forward with k on the lattice runs the Gluon kernel
+    (``sparse_jl_windowed_gluon_forward_kernel``): half types with more than 32 rows and 16-128
+    groups per program, where it wins (design 11; H100, ``python benchmarks/sweep_gluon.py``,
+    benchmarks/RESULTS.md "The forward in Gluon"): 1.04-1.11x at 16-128 groups per program (2**20 x
+    1024 -> 64 / 256, 2**18 x 4096 -> 256 / 4096, 2**16 x 2**14 -> 1024, 2**16 x 2**13 -> 2048, 2**17
+    x 2048 -> 512), 0.98-0.99x at 8 (2**20 x 1024 -> 1024), and 0.76-0.84x with runs of 512 groups
+    and more, where the Triton kernel's pipelined 128-row programs are faster. And only where it
+    can run (:func:`_gluon_supported`). Forwards that fold rows keep the Triton kernel, whose
+    128-row programs ran them in 0.79-1.05x the Gluon kernel's time (H100, bfloat16, k = 1000-8000
+    on 65536 x 2**14, 16384 x 2**15, 8192 x 2**16 and 262144 x 4096; benchmarks/NOTES.md, "Any k",
+    item 21)."""
     return (
         x.shape[0] > 32
-        and (folded_k is None or folded_k % _GLUON_FOLDED_ROW_MULTIPLE == 0)
         and _GLUON_GROUPS[0] <= groups_per_program <= _GLUON_GROUPS[1]
         and _gluon_supported(x, column_offset)
     )
-
-
-#: Output row lengths (in elements) of which a folded forward's must be a multiple to run in Gluon:
-#: 4 half-type elements, 8 bytes, the least alignment at which its whole-window stores vectorize.
-_GLUON_FOLDED_ROW_MULTIPLE = 4
 
 
 #: Groups per program, inclusive, over which half-type forwards run the Gluon kernel.
@@ -373,6 +359,11 @@ def _forward_gluon(
     splits and output, with 128-row programs (64 below 128 rows), one warpgroup each by default."""
     from ..kernels.sparse_jl_windowed_gluon import sparse_jl_windowed_gluon_forward_kernel
 
+    if _fold(out_features, nnz):
+        raise ValueError(
+            f"Tiling(gluon=True) runs k on the lattice (16 * A * nnz); k = {out_features} with nnz = {nnz} "
+            "folds rows, which the Triton kernel runs"
+        )
     if not _gluon_supported(x, column_offset):
         raise ValueError(
             "Tiling(gluon=True) needs a float16/bfloat16 input on an sm_90 GPU with triton's Gluon, "
@@ -392,14 +383,11 @@ def _forward_gluon(
             f"Tiling(gluon=True) runs whole warpgroups over 32-row multiples: num_warps={warps} with {block_n} rows"
         )
     out, stride_split = forward_output(n, out_features, splits, x)
-    fold = _fold(out_features, nnz)
-    spill = _spill(n, splits, nnz, fold, out)
     sparse_jl_windowed_gluon_forward_kernel[(tiles, splits)](
         x,
         tables.words,
         tables.rotations,
         out,
-        spill,
         n,
         d,
         column_offset,
@@ -416,8 +404,6 @@ def _forward_gluon(
         NNZ=nnz,
         BLOCKS=_band_blocks(nnz),
         BANDS=bands,
-        FOLDS=fold > 0,
-        ROW_ALIGN=_row_align(out, stride_split),
         BLOCK_N=block_n,
         WIDTH=max(width, _GLUON_MIN_WIDTH),
         GROUPS=groups_per_step,
@@ -425,7 +411,7 @@ def _forward_gluon(
         WARPS=warps,
         num_warps=warps,
     )
-    return _add_fold(sum_splits(out, splits, x.dtype), spill, out_features, nnz, fold)
+    return sum_splits(out, splits, x.dtype)
 
 
 #: The wgmma's M: a warpgroup's accumulator has at least 64 rows (padding columns are not stored).
@@ -453,12 +439,13 @@ def _grid(
     input_bytes: int | None = None,
     per_sm: int = 8,
     resident_per_sm: int | None = None,
+    fewest_waves: bool = False,
 ):
     """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
     ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
     (n, k) partials to be summed; ``bands``: programs per (row tile, window); ``input_bytes``:
     the bytes the launch reads (default: x's); ``per_sm``: the programs per SM that the splits
-    aim for; ``resident_per_sm``: see ``splits_to_fill``."""
+    aim for; ``resident_per_sm`` and ``fewest_waves``: see ``splits_to_fill``."""
     summed = out_features is not None
     n = x.shape[0]
     width = _width(nnz)
@@ -474,6 +461,7 @@ def _grid(
             x.device,
             (input_bytes or x.numel() * x.element_size(), n * padded_row(out_features) * 4) if summed else None,
             resident_per_sm,
+            fewest_waves,
         )
     per_split = math.ceil(groups / splits)
     return block_m, width, tiles, math.ceil(groups / per_split), per_split
@@ -644,9 +632,7 @@ def _forward(
     )
     fold = _fold(out_features, nnz)
     if spans is None and (
-        _gluon_forward(x, column_offset, per_split, out_features if fold else None)
-        if tiling.gluon is None
-        else tiling.gluon
+        not fold and _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon
     ):
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
     shuffles = _shuffles(x.dtype, fp32_passes, n, per_split, nnz) if tiling.shuffle is None else tiling.shuffle
@@ -667,8 +653,12 @@ def _forward(
         # a grouped launch keeps the aligned steps: its misaligned segments were not measured
         aligned = spans is not None or _aligned_chunks(x, column_offset)
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
-        if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, fold > 0 and bands == 1):
-            wide_per_sm = _FOLDED_WIDE_PROGRAMS_PER_SM if fold and spans is None else per_sm
+        folded = fold > 0 and spans is None
+        if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, folded):
+            # Splits: a fold over two bands or more aims at one program per SM (its float32
+            # partials are slow); one band weighs its splits in waves, the lattice and grouped
+            # launches as the rest of the forward.
+            one_band_fold = folded and bands == 1
             block_m, width, tiles, splits, per_split = _grid(
                 x,
                 nnz,
@@ -679,8 +669,9 @@ def _forward(
                 out_features,
                 bands,
                 input_bytes,
-                wide_per_sm,
-                None if fold or spans is not None else _TILE_PROGRAMS_RESIDENT_PER_SM,
+                _FOLDED_WIDE_PROGRAMS_PER_SM if folded and not one_band_fold else per_sm,
+                None if spans is not None or (folded and not one_band_fold) else _TILE_PROGRAMS_RESIDENT_PER_SM,
+                fewest_waves=one_band_fold,
             )
     if spans is None:
         out, stride_split = forward_output(n, out_features, splits, x)
