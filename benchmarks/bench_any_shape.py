@@ -1,7 +1,7 @@
 """Every shape a user brings (issue 25): k off the lattice and rows off 16 elements, on a GPU.
 
     python benchmarks/bench_any_shape.py [--sections anyk,anyd,anyn] [--ks 100,1000] [--grid-seed 25]
-                                         [--shapes small,large] [--dtypes float32,bfloat16] [--out FILE]
+                                         [--shapes small,large,8192x65536] [--dtypes float32,bfloat16] [--out FILE]
 
 **Any k.** For each k of the grid (``any_shape_grid.py``: multiples of 16 up to 256, round numbers,
 20 random k from a printed seed) and each shape (2^16 x 2^14, 4096 x 2^17), the default forward and
@@ -73,6 +73,14 @@ def time_forward(x: torch.Tensor, k: int, column_offset: int = 0) -> float:
     return bench(lambda: F.sparse_jl(x, k, seed=1, column_offset=column_offset))
 
 
+def shape_of(name: str) -> tuple[int, int]:
+    """(n, d) of a ``--shapes`` entry: a name of SHAPES, or n x d written ``NxD``."""
+    if name in SHAPES:
+        return SHAPES[name]
+    n, d = name.split("x")
+    return int(n), int(d)
+
+
 def any_k_section(args, bw: float, lines: list[str]) -> bool:
     ks = [int(k) for k in args.ks.split(",")] if args.ks else grid_ks(args.grid_seed)
     lines += [
@@ -84,7 +92,7 @@ def any_k_section(args, bw: float, lines: list[str]) -> bool:
     met = True
     worst = (0.0, "")
     for shape_name in args.shapes.split(","):
-        n, d = SHAPES[shape_name]
+        n, d = shape_of(shape_name)
         for dtype_name in args.dtypes.split(","):
             dtype = DTYPES[dtype_name]
             x = torch.randn(n, d, device="cuda", dtype=dtype)
@@ -218,7 +226,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sections", default="anyk,anyd")
     parser.add_argument("--ks", help="comma-separated k instead of the grid")
     parser.add_argument("--grid-seed", type=int, default=GRID_SEED)
-    parser.add_argument("--shapes", default="small,large")
+    parser.add_argument("--shapes", default="small,large", help="names of SHAPES or NxD, e.g. 8192x65536")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--out", help="also write the tables to this file")
     args = parser.parse_args(argv)

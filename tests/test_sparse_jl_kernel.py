@@ -852,17 +852,17 @@ def test_forward_splits_budget_the_padded_partials(monkeypatch):
 
 
 def test_folded_wide_forward_splits(kernel_device, rng, monkeypatch):
-    """The splits the wide programs' grid asks for, as (programs per SM, resident per SM, fewest
-    waves): a two-band fold (k = 4000) one program per SM, unweighed; a one-band fold (k = 1000)
-    8 per SM weighed in the fewest waves of 2 resident; the lattice (k = 4096) 8 per SM with the
-    wave rule. The wide rows are forced; each forward's grids are recorded after the first."""
+    """How the wide programs' grid weighs its splits, as (programs per SM, resident per SM, fewest
+    waves, partial cost): a two-band fold (k = 4000) by their partials' cost, a one-band fold
+    (k = 1000) by the fewest waves of 2 resident, the lattice (k = 4096) by the wave rule. The wide
+    rows are forced; each forward's grids are recorded after the first."""
     monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, folded=False: True)
     asked = []
     grid = windowed._grid
 
-    def recorded(*args, fewest_waves=False):
-        asked[-1].append((args[9], args[10], fewest_waves))
-        return grid(*args, fewest_waves=fewest_waves)
+    def recorded(*args, fewest_waves=False, partial_cost=False):
+        asked[-1].append((args[9], args[10], fewest_waves, partial_cost))
+        return grid(*args, fewest_waves=fewest_waves, partial_cost=partial_cost)
 
     monkeypatch.setattr(windowed, "_grid", recorded)
     x = torch.randn(21, 256, generator=rng).to(BF16).to(kernel_device)
@@ -872,11 +872,30 @@ def test_folded_wide_forward_splits(kernel_device, rng, monkeypatch):
         assert y.shape == (21, k)
     resident = windowed._TILE_PROGRAMS_RESIDENT_PER_SM
     assert [grids[1] for grids in asked] == [
-        (windowed._FOLDED_WIDE_PROGRAMS_PER_SM, None, False),
-        (8, resident, True),
-        (8, resident, False),
+        (8, None, False, True),
+        (8, resident, True, False),
+        (8, resident, False, False),
     ]
-    assert windowed._FOLDED_WIDE_PROGRAMS_PER_SM == 1 and resident == 2
+
+
+def test_splits_weighed_against_their_partials(monkeypatch):
+    """``partial_cost``: SM-waves of the work, split launches 15% slower plus their partials' bytes
+    (H100, two-band folds): 1024 x 2**20 -> 2100 (144 programs) 8 splits, 2048 x 2**18 (288) 4,
+    4096 x 2**17 (576) one; small partials against a large input favour the split that fills whole
+    waves. A choice under 4 splits falls back to one program per SM."""
+    from sjlt.ops import _launch
+
+    monkeypatch.setattr(_launch, "multiprocessor_count", lambda index: 132)
+    cuda = torch.device("cuda", 0)
+
+    def splits(programs, n, d):
+        return _launch.splits_to_fill(programs, 512, 8, cuda, (n * d * 2, n * 2112 * 4), partial_cost=True)
+
+    assert [splits(144, 1024, 2**20), splits(288, 2048, 2**18), splits(576, 4096, 2**17)] == [8, 4, 1]
+    # where the cost picks fewer than COSTED_MIN_SPLITS, one program per SM: 112 programs -> 2
+    assert splits(192, 1024, 2**20) == 1 and splits(112, 512, 2**21) == 2 and _launch.COSTED_MIN_SPLITS == 4
+    assert _launch._split_cost(132, 1, 132, 2**30, 2**20) == 1.0
+    assert _launch._split_cost(66, 2, 132, 2**30, 2**20) == pytest.approx(_launch.SPLIT_KERNEL_COST + 4 / 1024)
 
 
 @pytest.mark.parametrize("name", ["workspace_bytes", "dense_cache_bytes"])

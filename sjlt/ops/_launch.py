@@ -47,6 +47,7 @@ def splits_to_fill(
     summed: tuple[int, int] | None = None,
     resident_per_sm: int | None = None,
     fewest_waves: bool = False,
+    partial_cost: bool = False,
 ) -> int:
     """Splits of the work over d that bring ``programs`` up to ``per_sm`` programs per SM, at most
     ``max_splits``. ``summed``: (input bytes, bytes of one split's float32 partial) when the splits
@@ -56,7 +57,9 @@ def splits_to_fill(
     programs an SM holds at once, if known; summed splits are then dropped where the unsplit launch
     takes no more waves of resident programs per unit of work (:func:`_waves_per_work`) than the
     split one, which then only adds its partials; with ``fewest_waves``, the count up to that
-    split's that takes the fewest waves per unit of work (the fewest splits among equals)."""
+    split's that takes the fewest waves per unit of work (the fewest splits among equals). With
+    ``partial_cost``, the count up to the fill rule's that :func:`_split_cost` predicts fastest if
+    that is COSTED_MIN_SPLITS or more, else enough for one program per SM."""
     if device.type != "cuda":
         return 1
     if summed is not None:
@@ -69,6 +72,10 @@ def splits_to_fill(
     if programs >= target:
         return 1
     splits = max(1, min(math.ceil(target / programs), max_splits))
+    if summed is not None and partial_cost and splits > 1:
+        sms = multiprocessor_count(index)
+        best = min(range(1, splits + 1), key=lambda s: (_split_cost(programs, s, sms, *summed), s))
+        return best if best >= COSTED_MIN_SPLITS else max(1, min(math.ceil(sms / programs), splits))
     if summed is not None and resident_per_sm and splits > 1:
         resident = resident_per_sm * multiprocessor_count(index)
         if fewest_waves:
@@ -86,6 +93,30 @@ def _waves_per_work(programs: int, splits: int, resident: int) -> float:
     one split (the waves tie, the partials cost), those of 24-160, 320 and 384 programs into 3-44
     1.14-6.2x faster."""
     return math.ceil(programs * splits / resident) / splits
+
+
+#: How much slower a forward kernel runs split into float32 partials than unsplit, besides the
+#: partials' bytes: the 128-row program writing partials compiles to a slower loop than the one
+#: writing Y (benchmarks/NOTES.md, "Any k", items 13 and 22).
+SPLIT_KERNEL_COST = 1.15
+#: The fewest splits that :func:`_split_cost` may choose: its choices of 1-2 splits where the fill to
+#: one program per SM took another ran 1.0-1.3x slower than that fill (H100, two-band folds at
+#: 256-1024 rows, e.g. 1024 x 2**20 -> 3000 in 2 splits 2.65 ms against 2.21 in one), while every
+#: choice of 4-15 ran 0.57-0.97x its time (NOTES.md, "Any k", item 22).
+COSTED_MIN_SPLITS = 4
+
+
+def _split_cost(programs: int, splits: int, sms: int, input_bytes: int, partial_bytes: int) -> float:
+    """The predicted time of ``programs`` row tiles in ``splits`` splits, in units of the time to read
+    the input at the full rate: each program streams its share on one SM, so the launch takes
+    ceil(P s / SMs) waves of 1 / s of a program's work; a split launch runs SPLIT_KERNEL_COST slower
+    and writes and reads ``splits`` partials of ``partial_bytes``. H100, bfloat16 forwards with two
+    bands folding rows (NOTES.md, "Any k", item 22): it picks one split at 4096 x 2**17 and 4-8 at
+    1024 x 2**20 and 2048 x 2**18 -> 2100, where they ran 0.72-0.85x one split's time."""
+    waves = math.ceil(programs * splits / sms) * sms / (programs * splits)
+    if splits == 1:
+        return waves
+    return waves * SPLIT_KERNEL_COST + 2 * splits * partial_bytes / input_bytes
 
 
 def padded_row(k: int) -> int:

@@ -230,15 +230,6 @@ def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, folded: bool = False
 _WIDE_ROWS = 128
 
 
-#: Programs per SM that the splits of a wide forward whose two bands or more fold rows aim for:
-#: one, so that such a forward splits only where its row tiles leave SMs idle. Its kernel in 128-row programs runs
-#: 1.2-1.5x slower writing float32 partials than writing Y (at 255 registers the two compile to
-#: different loops), so splitting cost more than it gained wherever the tiles fill the SMs once. H100,
-#: bfloat16, k = 2100-7000 with two bands, n = 1024-4096 (1 GiB of input): one split 0.60-0.99x the
-#: time of the 2-8 splits that 8 programs per SM asked for (benchmarks/NOTES.md, "Any k", item 13).
-_FOLDED_WIDE_PROGRAMS_PER_SM = 1
-
-
 def _vector_stores(block_m: int, writes_y: bool) -> bool:
     """Whether the tile forward stores its output tile in vectors (the kernel's VECTOR_STORES), as
     it may where the output's row stride allows. Not in wide programs that write Y itself (one
@@ -440,12 +431,13 @@ def _grid(
     per_sm: int = 8,
     resident_per_sm: int | None = None,
     fewest_waves: bool = False,
+    partial_cost: bool = False,
 ):
     """(BLOCK_M, WIDTH, row tiles * A * bands, splits, groups per split) for the (n, .) input
     ``x`` and ``groups`` table groups; ``out_features``: k for the forward, whose splits produce
     (n, k) partials to be summed; ``bands``: programs per (row tile, window); ``input_bytes``:
     the bytes the launch reads (default: x's); ``per_sm``: the programs per SM that the splits
-    aim for; ``resident_per_sm`` and ``fewest_waves``: see ``splits_to_fill``."""
+    aim for; ``resident_per_sm``, ``fewest_waves`` and ``partial_cost``: see ``splits_to_fill``."""
     summed = out_features is not None
     n = x.shape[0]
     width = _width(nnz)
@@ -462,6 +454,7 @@ def _grid(
             (input_bytes or x.numel() * x.element_size(), n * padded_row(out_features) * 4) if summed else None,
             resident_per_sm,
             fewest_waves,
+            partial_cost,
         )
     per_split = math.ceil(groups / splits)
     return block_m, width, tiles, math.ceil(groups / per_split), per_split
@@ -655,9 +648,9 @@ def _forward(
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
         folded = fold > 0 and spans is None
         if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, folded):
-            # Splits: a fold over two bands or more aims at one program per SM (its float32
-            # partials are slow); one band weighs its splits in waves, the lattice and grouped
-            # launches as the rest of the forward.
+            # Splits: a fold over two bands or more weighs its splits against their partials'
+            # cost (its kernel writing partials is slow), one band in waves, the lattice and
+            # grouped launches as the rest of the forward.
             one_band_fold = folded and bands == 1
             block_m, width, tiles, splits, per_split = _grid(
                 x,
@@ -669,9 +662,10 @@ def _forward(
                 out_features,
                 bands,
                 input_bytes,
-                _FOLDED_WIDE_PROGRAMS_PER_SM if folded and not one_band_fold else per_sm,
+                per_sm,
                 None if spans is not None or (folded and not one_band_fold) else _TILE_PROGRAMS_RESIDENT_PER_SM,
                 fewest_waves=one_band_fold,
+                partial_cost=folded and not one_band_fold,
             )
     if spans is None:
         out, stride_split = forward_output(n, out_features, splits, x)
