@@ -91,9 +91,9 @@ def test_unfolded_transpose_beyond_2_31_elements(monkeypatch):
     assert float((z[rows].double() - want).abs().max() / want.abs().max()) < 1e-2
 
 
-@pytest.mark.parametrize("k,n", [(3000, 300), (5000, 1000), (10000, 64)])
+@pytest.mark.parametrize("k,n", [(3000, 300), (5000, 1000), (10000, 64), (1000, 4096)])
 def test_unfolded_transpose_equals_the_folding_kernel(monkeypatch, k, n):
-    """At the GPU's tilings (several row tiles, splits, two and four bands) the unfolded transpose
+    """At the GPU's tilings (several row tiles, splits, one, two and four bands) the unfolded transpose
     equals the folding kernel's bitwise, and the reference within bfloat16's tolerance."""
     d, offset = 2**16 + 48, 2**33 + 32
     nnz = sjlt.spec.default_nnz(k)

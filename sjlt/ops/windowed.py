@@ -753,7 +753,7 @@ def transpose(
     float32: in Z itself for float32, else in a float32 workspace of at most
     ``sjlt.backends.workspace_bytes`` per slab of rows and groups, the last band rounding into Z.
     Splits own disjoint groups, so every column is written by one program per launch. Off the
-    lattice a half-type y with two bands or more is first unfolded to the lattice's k'
+    lattice a half-type y is first unfolded to the lattice's k' where Z is wide enough
     (:func:`_unfolds_y`); elsewhere the kernel folds the padded rows itself. Rows past a multiple
     of 16 take launches of their own (:func:`_transpose_main_rows`)."""
     bands = spec.band_count(nnz)
@@ -833,22 +833,29 @@ def _transpose_rows(
 
 def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     """Whether a transpose unfolds y (:func:`_unfolded`) and runs the lattice kernel on the copy:
-    where S folds rows (k off the lattice), has two bands or more, y is a half type and Z has at
-    least 4x its columns. Those transposes ran 1.2-1.5x the lattice k's time, the kernel's fold
-    costing more than the copy. H100 (benchmarks/NOTES.md, "Any k", item 16), unfolded / folded
-    time with the copy: bfloat16 4096 x 2**17 k = 2500-7000 0.69-0.79, 65536 x 2**14 k = 2100-3500
-    0.85-0.91, 1024 x 2**20 0.65-0.68; float32 gained nothing on the first and lost up to 1.28x on
-    the last, and where Z has fewer than 4x y's columns the copy cost more than it saved."""
+    where S folds rows (k off the lattice), y is a half type and Z has at least 2x y's columns with
+    two bands or more, or, with one band, 8x them and at least 4096 rows. There the kernel's fold
+    cost more than the copy. H100 (benchmarks/NOTES.md, "Any k", items 16 and 23), unfolded /
+    folded time with the copy, bfloat16: two bands, 4096 x 2**17 k = 2500-7000 0.69-0.79, 65536 x
+    2**14 k = 2100-3500 0.85-0.91 and 4205-8000 (Z 2.0-3.9x y's columns) 0.88-0.98, 1024 x 2**20
+    0.65-0.68; one band, 65536 x 2**14 k = 500-1500 0.95-0.96, 16384 x 2**15 0.96-0.97. Not taken:
+    float32 (nothing gained at 4096 rows, up to 1.28x lost at 1024), Z under 2x y's columns
+    (262144 x 4096 -> 2100-5000: 1.02-1.14x), one band with Z under 8x (262144 x 4096 -> 1000 / 1500:
+    1.08x / 1.15x) or few rows (1024 x 2**20 -> 1000: 1.06x, the lattice kernel itself slower there)."""
+    one_band = bands == 1
     return (
-        bands > 1
-        and y.dtype != torch.float32
-        and y.shape[1] * _UNFOLDED_Y_MIN_GROWTH <= in_features
+        y.dtype != torch.float32
+        and y.shape[1] * (_UNFOLDED_ONE_BAND_MIN_GROWTH if one_band else _UNFOLDED_Y_MIN_GROWTH) <= in_features
+        and (not one_band or y.shape[0] >= _UNFOLDED_ONE_BAND_MIN_ROWS)
         and _fold(y.shape[1], nnz) > 0
     )
 
 
-#: How many times y's columns Z must have for a transpose to unfold y (:func:`_unfolds_y`).
-_UNFOLDED_Y_MIN_GROWTH = 4
+#: How many times y's columns Z must have for a transpose to unfold y (:func:`_unfolds_y`), with
+#: two bands or more and with one band; and the rows a one-band transpose needs to.
+_UNFOLDED_Y_MIN_GROWTH = 2
+_UNFOLDED_ONE_BAND_MIN_GROWTH = 8
+_UNFOLDED_ONE_BAND_MIN_ROWS = 4096
 
 
 def _unfolded(y: torch.Tensor, nnz: int) -> torch.Tensor:
