@@ -345,6 +345,33 @@ def test_gluon_forward_rule(monkeypatch):
     assert not rule(x[:32], 0, 64) and not rule(x.float(), 0, 64)
 
 
+@pytest.mark.parametrize(
+    "k,d,dtype,after",
+    [
+        (100, 6144, F32, True),
+        (300, 10752, F32, True),
+        (300, 10751, F32, False),
+        (350, 12000, F32, False),
+        (300, 10752, BF16, False),
+    ],
+)
+def test_few_block_float32_folds_fold_after_the_lattice_forward(kernel_device, rng, monkeypatch, k, d, dtype, after):
+    """A float32 forward whose rows fold with fewer than 8 blocks (k = 100: nnz 6, k' = 192; 300:
+    nnz 7, k' = 336) and whose d is at least 32 k' runs the lattice forward at k' = 16 A nnz and
+    folds after; narrower x, nnz 8 (k = 350) and half types fold in the kernel. Both match the
+    reference (strided x, a column offset past 2**32)."""
+    folds = []
+    fold_after = windowed._fold_after
+    monkeypatch.setattr(windowed, "_fold_after", lambda y, k, nnz: folds.append(y.shape[1]) or fold_after(y, k, nnz))
+    nnz = spec.default_nnz(k)
+    x = torch.randn(9, 2 * d, generator=rng).to(dtype)[:, ::2]
+    offset = 2**32 + 5
+    got = windowed.forward(x.to(kernel_device), k, *_key(4), nnz, offset)
+    assert folds == ([16 * spec.windows_per_block(k, nnz) * nnz] if after else [])
+    want = reference.sparse_jl_forward(x.double(), k, seed=4, nnz=nnz, column_offset=offset)
+    assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
+
+
 def test_folded_forwards_do_not_ask_for_the_gluon_kernel(kernel_device, rng, monkeypatch):
     """Only a forward with k on the lattice asks the Gluon rule (k = 1024, not 1000 or 2500), and
     Tiling(gluon=True) with folded rows says that the Gluon kernel runs lattice k only."""

@@ -469,12 +469,55 @@ def forward(
     of exact float32 or a half type, long runs: :func:`_shuffles`) permutes and adds the chunk's
     columns on the CUDA cores. A last row tile of few rows takes a launch of its own
     (:func:`_forward_main_rows`)."""
+    if _folds_after(x, out_features, nnz):
+        lattice = spec.WINDOW * spec.windows_per_block(out_features, nnz) * nnz
+        return _fold_after(forward(x, lattice, key0, key1, nnz, column_offset, tiling), out_features, nnz)
     tables = window_tables(x.shape[1], out_features, key0, key1, nnz, column_offset, x.device)
     main = _forward_main_rows(x.shape[0])
     y = _forward(x[:main], tables, out_features, nnz, column_offset, tiling)
     if main < x.shape[0]:  # the concatenation copies Y once: k / d of the bytes the launches read
         y = torch.cat((y, _forward(x[main:], tables, out_features, nnz, column_offset, tiling)))
     return y
+
+
+def _folds_after(x: torch.Tensor, out_features: int, nnz: int) -> bool:
+    """Whether a forward runs the lattice forward at k' = 16 A nnz and folds its padded rows after
+    (:func:`_fold_after`): float32 whose rows fold with fewer than 8 blocks, with d at least 32 k'
+    (Y' and its fold cost about 4 k' / d of the input's bytes). There the folding kernel ran
+    1.4-1.5x the lattice k's time with the same instructions and bytes (more long-scoreboard
+    stalls, not explained; benchmarks/NOTES.md, "Any k", items 17 and 24), and the lattice forward
+    plus the fold 1.02-1.13x (H100, k = 100-300 on 65536 x 2**14, 4096 x 2**17, 1024 x 2**20 and
+    16384 x 2**15); at d = 4096 it won at k = 100 (d = 37 k') and lost from 144 (26 k')."""
+    return (
+        x.dtype == torch.float32
+        and nnz < _FOLDS_AFTER_BELOW_NNZ
+        and _fold(out_features, nnz) > 0
+        and x.shape[1] >= _FOLDS_AFTER_MIN_GROWTH * spec.WINDOW * spec.windows_per_block(out_features, nnz) * nnz
+    )
+
+
+#: Blocks below which a float32 forward with folded rows folds them after the lattice forward, and
+#: how many times the lattice k' its input's columns must be.
+_FOLDS_AFTER_BELOW_NNZ = spec.BAND
+_FOLDS_AFTER_MIN_GROWTH = 32
+
+
+def _fold_after(y_lattice: torch.Tensor, out_features: int, nnz: int) -> torch.Tensor:
+    """Y at k from Y' at the lattice k' = 16 A nnz (the same words and rotations): row r of block t
+    is padded row r of that block, plus padded row r + size_t where that is under 16 A (docs/spec.md
+    2b: padded row u lands on row u mod size_t). Gathers and an add, all on the device, so that
+    CUDA graphs capture it; each row takes at most one fold, so the result is deterministic."""
+    device = y_lattice.device
+    padded = spec.WINDOW * spec.windows_per_block(out_features, nnz)
+    starts, _ = spec.windowed_block_rows(torch.arange(nnz, device=device), out_features, nnz)
+    rows = torch.arange(out_features, device=device)
+    block = torch.searchsorted(starts, rows, right=True) - 1
+    start, size = spec.windowed_block_rows(block, out_features, nnz)
+    offset = rows - start
+    folded = offset + size
+    y = y_lattice.index_select(1, padded * block + offset)
+    extra = y_lattice.index_select(1, padded * block + folded.clamp_max(padded - 1))
+    return y + torch.where(folded < padded, extra, 0.0)
 
 
 def _forward_main_rows(n: int) -> int:
