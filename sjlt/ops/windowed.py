@@ -220,9 +220,8 @@ def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, folded: bool = False
     1.30x at 1024 x 2**20 -> 8192 than 64 rows, as the tile built per step serves twice the rows;
     float32 (whose three-pass step holds more registers) and 8 warps run slower. Folded forwards
     gain from them at short runs too (benchmarks/NOTES.md, "Any k", item 21: bfloat16 65536 x 2**14
-    -> 2100-3500, 73-114 groups per program, 0.85-0.95x the time of 64 rows, short of
-    262144 x 4096 -> 8000 at 8 groups, 1.11x). Fewer rows than 128 would only fill the tile with
-    masked rows."""
+    -> 1000-3500, 73-128 groups per program, 0.89-0.92x the time of 64 rows; 262144 x 4096 -> 8000,
+    8 groups, 1.11x). Fewer rows than 128 would only fill the tile with masked rows."""
     return dtype != torch.float32 and n >= _WIDE_ROWS and (pipelined or folded)
 
 
