@@ -107,6 +107,38 @@ def test_unfolded_transpose_equals_the_folding_kernel(monkeypatch, k, n):
     assert torch.equal(z, windowed.transpose(y, d, *key, nnz, offset))
 
 
+def _graph_replays_equal_eager(static_x: torch.Tensor, k: int, seed: int) -> None:
+    """Capture ``F.sparse_jl(static_x, k)`` and its backward (after a warm-up on a side stream),
+    then replay the graph twice on new inputs: each replay equals an eager call bitwise."""
+
+    def eager(x_value, grad_value):
+        x = x_value.clone().requires_grad_()
+        y = F.sparse_jl(x, k, seed=seed)
+        y.backward(grad_value)
+        return y.detach(), x.grad
+
+    static_grad = torch.randn(static_x.shape[0], k, device="cuda", dtype=static_x.dtype)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        F.sparse_jl(static_x, k, seed=seed).backward(static_grad)  # warm up
+    torch.cuda.current_stream().wait_stream(stream)
+    static_x.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = F.sparse_jl(static_x, k, seed=seed)
+        static_y.backward(static_grad)
+    for _ in range(2):
+        x_value, grad_value = torch.randn_like(static_x), torch.randn_like(static_grad)
+        with torch.no_grad():
+            static_x.copy_(x_value)
+        static_grad.copy_(grad_value)
+        graph.replay()
+        torch.cuda.synchronize()
+        want_y, want_grad = eager(x_value, grad_value)
+        assert torch.equal(static_y, want_y) and torch.equal(static_x.grad, want_grad)
+
+
 def test_cuda_graph_of_an_off_lattice_projection_and_its_backward(monkeypatch):
     """Off the lattice (k = 2100, two bands) a bfloat16 forward folds rows and its backward first
     unfolds the gradient (``windowed._unfolded``), whose scratch capture takes from the graph's
@@ -115,36 +147,8 @@ def test_cuda_graph_of_an_off_lattice_projection_and_its_backward(monkeypatch):
     unfold = windowed._unfolded
     monkeypatch.setattr(windowed, "_unfolded", lambda y, nnz: unfolded.append(y.shape) or unfold(y, nnz))
     n, d, k = 64, 8448, 2100
-
-    def eager(x_value, grad_value):
-        x = x_value.clone().requires_grad_()
-        y = F.sparse_jl(x, k, seed=8)
-        y.backward(grad_value)
-        return y.detach(), x.grad
-
-    static_x = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    static_grad = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        F.sparse_jl(static_x, k, seed=8).backward(static_grad)  # warm up
-    torch.cuda.current_stream().wait_stream(stream)
-    static_x.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = F.sparse_jl(static_x, k, seed=8)
-        static_y.backward(static_grad)
-    assert unfolded == [(n, k)] * 2  # the warm-up and the capture took the unfolded path
-    for _ in range(2):
-        x_value = torch.randn_like(static_x)
-        grad_value = torch.randn_like(static_grad)
-        with torch.no_grad():
-            static_x.copy_(x_value)
-        static_grad.copy_(grad_value)
-        graph.replay()
-        torch.cuda.synchronize()
-        want_y, want_grad = eager(x_value, grad_value)
-        assert torch.equal(static_y, want_y) and torch.equal(static_x.grad, want_grad)
+    _graph_replays_equal_eager(torch.randn(n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True), k, 8)
+    assert unfolded[:2] == [(n, k)] * 2  # the warm-up and the capture took the unfolded path
 
 
 def test_cuda_graph_of_a_projection_whose_rows_split(monkeypatch):
@@ -158,35 +162,8 @@ def test_cuda_graph_of_a_projection_whose_rows_split(monkeypatch):
             windowed, name, lambda a, *args, _launch=launch, **kw: rows.append(a.shape[0]) or _launch(a, *args, **kw)
         )
     n, d, k = 527, 4001, 1000  # over the dense algorithm's launch-bound flops
-
-    def eager(x_value, grad_value):
-        x = x_value.clone().requires_grad_()
-        y = F.sparse_jl(x, k, seed=9)
-        y.backward(grad_value)
-        return y.detach(), x.grad
-
-    static_x = torch.randn(n, d, device="cuda", requires_grad=True)
-    static_grad = torch.randn(n, k, device="cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        F.sparse_jl(static_x, k, seed=9).backward(static_grad)  # warm up
-    torch.cuda.current_stream().wait_stream(stream)
-    static_x.grad = None
-    assert rows == [512, 15, 512, 15]
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = F.sparse_jl(static_x, k, seed=9)
-        static_y.backward(static_grad)
-    for _ in range(2):
-        x_value, grad_value = torch.randn_like(static_x), torch.randn_like(static_grad)
-        with torch.no_grad():
-            static_x.copy_(x_value)
-        static_grad.copy_(grad_value)
-        graph.replay()
-        torch.cuda.synchronize()
-        want_y, want_grad = eager(x_value, grad_value)
-        assert torch.equal(static_y, want_y) and torch.equal(static_x.grad, want_grad)
+    _graph_replays_equal_eager(torch.randn(n, d, device="cuda", requires_grad=True), k, 9)
+    assert rows[:8] == [512, 15, 512, 15] * 2  # the warm-up and the capture split their rows
 
 
 @pytest.mark.parametrize("n,d,k", [(16, 2**22, 4096), (256, 2**20, 8192)])
