@@ -55,7 +55,10 @@ def test_importing_the_cli_imports_no_torch():
 
 # Runs the CLI exactly as the console script does (``from sjlt.cli import main``), with an import
 # hook that, when torch is first imported, drops a marker file and pauses: the test then sends a
-# signal while the process is in the middle of its heavy imports, at a known moment.
+# signal while the process is in the middle of its heavy imports, at a known moment. The pause is
+# many short sleeps, as a real import is many steps: a signal that lands between the marker and
+# one long sleep's system call is only handled when that sleep ends (1 run in about 80 timed out
+# on a loaded machine with one 60 s sleep).
 _PAUSE_IN_TORCH_IMPORT = """
 import os, sys, time, importlib.abc
 
@@ -64,7 +67,8 @@ class PauseAtTorch(importlib.abc.MetaPathFinder):
         if name == "torch":
             sys.meta_path.remove(self)
             open(os.environ["SJLT_TEST_MARKER"], "w").close()
-            time.sleep(60)  # the test signals during this pause
+            for _ in range(6000):  # the test signals during this pause
+                time.sleep(0.01)
         return None
 
 sys.meta_path.insert(0, PauseAtTorch())
