@@ -555,15 +555,19 @@ def test_transpose_pads_y_rows_off_16_when_z_is_16x_larger(kernel_device, rng, m
         (F16, 300, 1300, 16, 512),  # two bands, the last block cut at k
         (BF16, 300, 1300, 17, 544),  # three bands
         (BF16, 150, 299, 9, None),  # Z under 2x y's columns
-        (F32, 150, 700, 9, None),
+        (F32, 150, 700, 9, 288),  # float32, two bands, y's rows off 16
+        (F32, 150, 449, 9, None),  # float32, two bands, Z under 3x y's columns
+        (F32, 150, 2400, 9, None),  # float32, two bands, y padded instead
+        (F32, 300, 1300, 17, 544),  # float32, three bands, y's rows off 16
+        (F32, 304, 1300, 17, None),  # float32, y's rows on 16
         (BF16, 288, 1300, 9, None),  # the lattice
     ],
 )
 def test_transpose_unfolds_folded_y_for_the_lattice_kernel(kernel_device, rng, monkeypatch, dtype, k, d, nnz, unfolded):
-    """A folded half-type transpose with two bands or more, where Z has at least 2x y's columns, runs
-    the lattice kernel on y unfolded to k' = 16 A nnz columns; Z matches the reference, and equals
-    bitwise what the folding kernel gives. y is a strided view over more than one program of the
-    unfold kernel in both directions (16 rows, 256 columns), read from a column offset."""
+    """A folded transpose that ``_unfolds_y`` picks runs the lattice kernel on y unfolded to
+    k' = 16 A nnz columns; Z matches the reference, and equals bitwise what the folding kernel
+    gives. y is a strided view over more than one program of the unfold kernel in both directions
+    (16 rows, 256 columns), read from a column offset."""
     widths = []
     launch = windowed._transpose_band
     monkeypatch.setattr(
@@ -961,17 +965,29 @@ def test_partial_first_rule():
 
 
 def test_unfolds_y_rule():
-    """y is unfolded where S folds rows and y is a half type: with two bands or more where Z has 2x
-    y's columns, with one band where it has 8x and y at least 4096 rows (the H100 measurements in
-    benchmarks/NOTES.md)."""
+    """y is unfolded where S folds rows (the H100 measurements in benchmarks/NOTES.md). A half type:
+    with two bands or more where Z has 2x y's columns, with one band where it has 8x and y at least
+    4096 rows. float32 with y's row stride off 16: with two bands where Z has 3x y's columns but
+    under the 16x from which y is padded instead, with more where Z has 2x."""
     rule = windowed._unfolds_y
     y16, y32 = torch.empty(4, 2500, dtype=torch.bfloat16), torch.empty(4, 2500)
     assert rule(y16, 5000, 2, 16) and rule(y16.half(), 5000, 2, 16) and rule(y16, 5000, 4, 32)
-    assert not rule(y16, 4999, 2, 16) and not rule(y32, 10000, 2, 16)
+    assert not rule(y16, 4999, 2, 16) and not rule(y32, 4999, 2, 16)
     one_band = torch.empty(4096, 1000, dtype=torch.bfloat16)
     assert rule(one_band, 8000, 1, 8) and not rule(one_band, 7999, 1, 8)
     assert not rule(one_band[:4095], 8000, 1, 8) and not rule(one_band.float(), 8000, 1, 8)
     assert not rule(torch.empty(4, 2560, dtype=torch.bfloat16), 10240, 2, 16)  # the lattice
+
+    def rows(n, k, stride=None):  # the rule reads shapes and strides only
+        return torch.empty_strided((n, k), (stride or k, 1), device="meta")
+
+    assert rule(rows(4, 2500), 7500, 2, 16) and rule(rows(65536, 2500), 39999, 2, 16)
+    assert not rule(rows(4, 2500), 7499, 2, 16) and not rule(rows(4, 2500), 40000, 2, 16)  # padded
+    assert not rule(rows(65536, 2500, stride=2512), 16384, 2, 16)  # rows on 16
+    assert not rule(rows(65536, 6000), 16384, 2, 16)  # k on 16
+    assert not rule(rows(65536, 1000), 16384, 1, 8)  # one band
+    assert rule(rows(4, 10443), 20886, 4, 32) and rule(rows(1024, 13836), 2**20, 4, 31)
+    assert not rule(rows(4, 10443), 20885, 4, 32)
 
 
 def test_pads_y_rule():

@@ -795,9 +795,9 @@ def transpose(
     float32: in Z itself for float32, else in a float32 workspace of at most
     ``sjlt.backends.workspace_bytes`` per slab of rows and groups, the last band rounding into Z.
     Splits own disjoint groups, so every column is written by one program per launch. Off the
-    lattice a half-type y is first unfolded to the lattice's k' where Z is wide enough
-    (:func:`_unfolds_y`); elsewhere the kernel folds the padded rows itself. Rows past a multiple
-    of 16 take launches of their own (:func:`_transpose_main_rows`)."""
+    lattice y is first unfolded to the lattice's k' where that pays (:func:`_unfolds_y`);
+    elsewhere the kernel folds the padded rows itself. Rows past a multiple of 16 take launches of
+    their own (:func:`_transpose_main_rows`)."""
     bands = spec.band_count(nnz)
     if _unfolds_y(y, in_features, bands, nnz):
         y = _unfolded(y, nnz)
@@ -874,23 +874,43 @@ def _transpose_rows(
 
 
 def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
-    """Whether a transpose unfolds y (:func:`_unfolded`) and runs the lattice kernel on the copy:
-    where S folds rows (k off the lattice), y is a half type and Z has at least 2x y's columns with
-    two bands or more, or, with one band, 8x them and at least 4096 rows. There the kernel's fold
-    cost more than the copy. H100 (benchmarks/NOTES.md, "Any k", items 16 and 23), unfolded /
-    folded time with the copy, bfloat16: two bands, 4096 x 2**17 k = 2500-7000 0.69-0.79, 65536 x
-    2**14 k = 2100-3500 0.85-0.91 and 4205-8000 (Z 2.0-3.9x y's columns) 0.88-0.98, 1024 x 2**20
-    0.65-0.68; one band, 65536 x 2**14 k = 500-1500 0.95-0.96, 16384 x 2**15 0.96-0.97. Not taken:
-    float32 (nothing gained at 4096 rows, up to 1.28x lost at 1024), Z under 2x y's columns
-    (262144 x 4096 -> 2100-5000: 1.02-1.14x), one band with Z under 8x (262144 x 4096 -> 1000 / 1500:
-    1.08x / 1.15x) or few rows (1024 x 2**20 -> 1000: 1.06x, the lattice kernel itself slower there)."""
-    one_band = bands == 1
-    return (
-        y.dtype != torch.float32
-        and y.shape[1] * (_UNFOLDED_ONE_BAND_MIN_GROWTH if one_band else _UNFOLDED_Y_MIN_GROWTH) <= in_features
-        and (not one_band or y.shape[0] >= _UNFOLDED_ONE_BAND_MIN_ROWS)
-        and _fold(y.shape[1], nnz) > 0
-    )
+    """Whether a transpose unfolds y (:func:`_unfolded`) and runs the lattice kernel on the copy,
+    where S folds rows (k off the lattice):
+
+    - a half-type y, where Z has at least 2x y's columns with two bands or more, or, with one band,
+      8x them and at least 4096 rows: there the kernel's fold cost more than the copy;
+    - a float32 y whose row stride is off 16 (k off 16: the kernel then loads y element by
+      element), with two bands where Z has 3x y's columns but under the 16x from which y is padded
+      instead (:func:`_pads_y`), or with three bands or more where Z has 2x y's columns: there the
+      copy into aligned rows pays for itself.
+
+    H100 (benchmarks/NOTES.md, "Any k", items 16, 23 and 25), unfolded / folded time with the copy.
+    bfloat16: two bands, 4096 x 2**17 k = 2500-7000 0.69-0.79, 65536 x 2**14 k = 2100-3500
+    0.85-0.91 and 4205-8000 (Z 2.0-3.9x y's columns) 0.88-0.98, 1024 x 2**20 0.65-0.68; one band,
+    65536 x 2**14 k = 500-1500 0.95-0.96, 16384 x 2**15 0.96-0.97. Not taken there: Z under 2x y's
+    columns (262144 x 4096 -> 2100-5000: 1.02-1.14x), one band with Z under 8x (262144 x 4096 ->
+    1000 / 1500: 1.08x / 1.15x) or few rows (1024 x 2**20 -> 1000: 1.06x). float32: two bands,
+    65536 x 2**14 k = 2500-5000 0.92-0.98, 32768 x 2**15 k = 2500-7774 0.92-0.99, 16384 x 2**15
+    k = 3000 / 5000 0.95 / 0.93, 8192 x 2**16 k = 4205-7774 0.91-0.95; four bands (k = 9268-13836),
+    32768 x 2**15 0.89-0.97, 16384 x 2**15 0.89-0.96, 8192 x 2**16 0.89-0.96, 4096 x 2**17 0.91-0.96,
+    1024 x 2**20 0.87-0.95. Not taken there: y's rows on 16 (k = 6000 / 8000 on 65536 x 2**14:
+    1.12x / 1.13x), one band (k = 1000 / 1500: 1.03x / 1.05x), two bands with y padded (8192 x
+    2**16 k = 2500 / 3000, 4096 x 2**17, 1024 x 2**20: 1.10-1.27x, the padded folding kernel
+    beating the lattice one) or Z under 3x y's columns (65536 x 2**14 k = 7774: 1.07x; 262144 x
+    4096: 1.08-1.43x), four bands with Z under 2x (65536 x 2**14 k = 10443-15629 with 32 blocks
+    1.01-1.04x, though 0.92-0.95x with 31; 262144 x 4096 1.17x)."""
+    if _fold(y.shape[1], nnz) == 0:
+        return False
+    n, k = y.shape
+    if y.dtype == torch.float32:
+        if bands == 1 or y.stride(0) % spec.WINDOW == 0:
+            return False
+        if bands == 2:
+            return k * _UNFOLDED_FLOAT32_MIN_GROWTH <= in_features < k * _PADDED_Y_MIN_GROWTH
+        return k * _UNFOLDED_Y_MIN_GROWTH <= in_features
+    if bands == 1:
+        return k * _UNFOLDED_ONE_BAND_MIN_GROWTH <= in_features and n >= _UNFOLDED_ONE_BAND_MIN_ROWS
+    return k * _UNFOLDED_Y_MIN_GROWTH <= in_features
 
 
 #: How many times y's columns Z must have for a transpose to unfold y (:func:`_unfolds_y`), with
@@ -898,6 +918,8 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
 _UNFOLDED_Y_MIN_GROWTH = 2
 _UNFOLDED_ONE_BAND_MIN_GROWTH = 8
 _UNFOLDED_ONE_BAND_MIN_ROWS = 4096
+#: The growth a float32 two-band transpose needs to unfold y.
+_UNFOLDED_FLOAT32_MIN_GROWTH = 3
 
 
 def _unfolded(y: torch.Tensor, nnz: int) -> torch.Tensor:
