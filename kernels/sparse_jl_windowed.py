@@ -1043,6 +1043,45 @@ def unfold_rows_kernel(
 
 
 @triton.jit
+def fold_rows_kernel(
+    y_ptr,
+    out_ptr,
+    n,
+    out_features,
+    windows,
+    stride_ym,
+    stride_yk,
+    stride_om,
+    stride_ok,
+    NNZ: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """out (n, k) from y (n, 16 A NNZ), the forward at the lattice k' = 16 A NNZ: row r of block t
+    is y's column 16 A t + r - start_t, plus column 16 A t + r - start_t + size_t where that padded
+    row exists (docs/spec.md 2b: padded row u lands on row u mod size_t), summed in float32 and
+    rounded once. The mirror of ``unfold_rows_kernel``. Grid: (cdiv(n, BLOCK_M), cdiv(k, BLOCK_K))."""
+    offs_m = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_r = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    block_rows = WINDOW * windows
+    total_windows = (out_features + WINDOW - 1) // WINDOW
+    # the block whose windows [floor(t W / NNZ), floor((t + 1) W / NNZ)) hold row r's window w
+    block = ((offs_r // WINDOW + 1) * NNZ - 1) // total_windows
+    start, size = _block_bounds(block, out_features, NNZ)
+    padded = offs_r - start
+    column = block * block_rows + padded
+    mask_m = (offs_m < n)[:, None]
+    mask_r = offs_r < out_features
+    rows = y_ptr + offs_m[:, None] * stride_ym
+    value = tl.load(rows + column[None, :] * stride_yk, mask=mask_m & mask_r[None, :], other=0.0)
+    folds = mask_r & (padded + size < block_rows)
+    extra = tl.load(rows + (column + size)[None, :] * stride_yk, mask=mask_m & folds[None, :], other=0.0)
+    total = value.to(tl.float32) + extra.to(tl.float32)
+    out = out_ptr + offs_m[:, None] * stride_om + offs_r[None, :] * stride_ok
+    tl.store(out, total.to(out_ptr.dtype.element_ty), mask=mask_m & mask_r[None, :])
+
+
+@triton.jit
 def _shuffle_fetch(
     x_ptr,
     words_ptr,

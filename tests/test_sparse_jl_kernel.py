@@ -349,17 +349,16 @@ def test_gluon_forward_rule(monkeypatch):
     "k,d,dtype,after",
     [
         (100, 6144, F32, True),
-        (300, 10752, F32, True),
-        (300, 10751, F32, False),
-        (350, 12000, F32, False),
-        (300, 10752, BF16, False),
+        (300, 4032, F32, True),  # d = 12 k' (nnz 7, k' = 336)
+        (300, 4031, F32, False),
+        (1000, 12288, BF16, True),
+        (350, 12000, F32, True),
     ],
 )
-def test_few_block_float32_folds_fold_after_the_lattice_forward(kernel_device, rng, monkeypatch, k, d, dtype, after):
-    """A float32 forward whose rows fold with fewer than 8 blocks (k = 100: nnz 6, k' = 192; 300:
-    nnz 7, k' = 336) and whose d is at least 32 k' runs the lattice forward at k' = 16 A nnz and
-    folds after; narrower x, nnz 8 (k = 350) and half types fold in the kernel. Both match the
-    reference (strided x, a column offset past 2**32)."""
+def test_forwards_of_few_rows_fold_after_the_lattice_forward(kernel_device, rng, monkeypatch, k, d, dtype, after):
+    """A forward of at most 1024 rows whose k folds rows and whose d is at least 12 k' runs the
+    lattice forward at k' = 16 A nnz and folds after; narrower x folds in the kernel. Both match
+    the reference (strided x, a column offset past 2**32)."""
     folds = []
     fold_after = windowed._fold_after
     monkeypatch.setattr(windowed, "_fold_after", lambda y, k, nnz: folds.append(y.shape[1]) or fold_after(y, k, nnz))
@@ -370,6 +369,47 @@ def test_few_block_float32_folds_fold_after_the_lattice_forward(kernel_device, r
     assert folds == ([16 * spec.windows_per_block(k, nnz) * nnz] if after else [])
     want = reference.sparse_jl_forward(x.double(), k, seed=4, nnz=nnz, column_offset=offset)
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+def test_folds_after_rule():
+    """Folded k folds after the lattice forward where d is at least 12 k', with at most 1024 rows,
+    or in float32 with fewer than 8 blocks at any rows (the H100 measurements in
+    benchmarks/NOTES.md)."""
+    rule = windowed._folds_after
+    assert rule(1024, 12288, BF16, 1000, 8) and rule(1, 12288, F32, 1000, 8)
+    assert not rule(1025, 12288, BF16, 1000, 8) and not rule(1025, 12288, F32, 1000, 8)
+    assert not rule(1024, 12287, BF16, 1000, 8)
+    assert rule(10**6, 4032, F32, 300, 7) and not rule(10**6, 4032, BF16, 300, 7)
+    assert not rule(16, 2**20, F32, 1024, 8)  # the lattice
+
+
+def _folded_by_gathers(y_lattice: torch.Tensor, k: int, nnz: int) -> torch.Tensor:
+    """The oracle of ``windowed._fold_after``, from the spec's block bounds by index gathers."""
+    padded = spec.WINDOW * spec.windows_per_block(k, nnz)
+    starts, _ = spec.windowed_block_rows(torch.arange(nnz), k, nnz)
+    rows = torch.arange(k)
+    block = torch.searchsorted(starts, rows, right=True) - 1
+    start, size = spec.windowed_block_rows(block, k, nnz)
+    offset, values = rows - start, y_lattice.cpu().float()
+    extra = values[:, padded * block + (offset + size).clamp_max(padded - 1)]
+    return (values[:, padded * block + offset] + torch.where(offset + size < padded, extra, 0.0)).to(y_lattice.dtype)
+
+
+@pytest.mark.parametrize("k,nnz", [(17, 1), (100, 6), (300, 7), (300, 17), (1000, 8), (4205, 16), (13836, 31)])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_fold_after_sums_each_row_and_its_folded_padded_row(kernel_device, rng, k, nnz, dtype):
+    """``_fold_after`` (one kernel) equals the spec's gathers bitwise, in float32 sums rounded once,
+    on a strided Y' whose rows span more than one program each way (16 rows, 256 columns). Triton's
+    interpreter rounds float32 to bfloat16 toward zero, so there bfloat16 is within one unit."""
+    lattice = spec.WINDOW * spec.windows_per_block(k, nnz) * nnz
+    y_lattice = torch.randn(19, 2 * lattice, generator=rng).to(dtype)[:, ::2]
+    got = windowed._fold_after(y_lattice.to(kernel_device), k, nnz)
+    want = _folded_by_gathers(y_lattice, k, nnz)
+    assert got.shape == (19, k) and got.dtype == dtype
+    if got.device.type == "cpu" and dtype == BF16:
+        torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=0)
+    else:
+        assert torch.equal(got.cpu(), want)
 
 
 def test_folded_forwards_do_not_ask_for_the_gluon_kernel(kernel_device, rng, monkeypatch):
@@ -1118,6 +1158,7 @@ BLOCK_SHAPES = [
     (2, 300, 16, (400, 16, 33, 512), 3, 21),  # two bands, folded rows
     (40, 256, 4, (700, 5), 2**31 - 3, 99),  # two row tiles
     (4, 1000, 8, (300, 17, 1024), 2**40 + 3, 5),  # a round k off the lattice: A = 8, folded rows
+    (3, 100, 2, (700, 900, 45), 2**33 + 7, 3),  # folded rows, d >= 12 k': folded after the launch
 ]
 
 
@@ -1163,6 +1204,22 @@ def test_grouped_forward_matches_reference(kernel_device, rng, dtype, shuffle, s
     got = windowed.forward_blocks(blocks, k, *_key(seed), nnz, offset, tiling)
     assert got.dtype == torch.float32 and got.shape == (n, k)
     assert _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+def test_grouped_forward_of_few_rows_folds_after_the_launch(kernel_device, rng, monkeypatch):
+    """A grouped launch of few rows over 12 k' columns or more runs at the lattice k' and folds after
+    (``_folds_after``), with the reference's result; fewer columns fold in the kernel."""
+    folds = []
+    fold_after = windowed._fold_after
+    monkeypatch.setattr(windowed, "_fold_after", lambda y, k, nnz: folds.append(y.shape[1]) or fold_after(y, k, nnz))
+    for widths, after in (((700, 900, 45), True), ((700, 700, 45), False)):
+        blocks, full = _blocks_side_by_side(rng, 3, widths, F32, kernel_device)
+        assert windowed._folds_after(3, sum(widths) + 3, F32, 100, 2) is after
+        got = windowed.forward_blocks(blocks, 100, *_key(3), 2, 5, Tiling())
+        want = reference.sparse_jl_forward(full, 100, seed=3, nnz=2, column_offset=5)
+        assert _relative_error(got, want) <= TOLERANCE[F32]
+        assert folds == ([128] if after else []) and got.shape == (3, 100)
+        folds.clear()
 
 
 @pytest.mark.parametrize("shuffle", [False, True])

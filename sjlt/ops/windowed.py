@@ -468,8 +468,8 @@ def forward(
     of exact float32 or a half type, long runs: :func:`_shuffles`) permutes and adds the chunk's
     columns on the CUDA cores. A last row tile of few rows takes a launch of its own
     (:func:`_forward_main_rows`)."""
-    if _folds_after(x, out_features, nnz):
-        lattice = spec.WINDOW * spec.windows_per_block(out_features, nnz) * nnz
+    if _folds_after(x.shape[0], x.shape[1], x.dtype, out_features, nnz):
+        lattice = _lattice_features(out_features, nnz)
         return _fold_after(forward(x, lattice, key0, key1, nnz, column_offset, tiling), out_features, nnz)
     tables = window_tables(x.shape[1], out_features, key0, key1, nnz, column_offset, x.device)
     main = _forward_main_rows(x.shape[0])
@@ -479,44 +479,62 @@ def forward(
     return y
 
 
-def _folds_after(x: torch.Tensor, out_features: int, nnz: int) -> bool:
-    """Whether a forward runs the lattice forward at k' = 16 A nnz and folds its padded rows after
-    (:func:`_fold_after`): float32 whose rows fold with fewer than 8 blocks, with d at least 32 k'
-    (Y' and its fold cost about 4 k' / d of the input's bytes). There the folding kernel ran
-    1.4-1.5x the lattice k's time with the same instructions and bytes (more long-scoreboard
-    stalls, not explained; benchmarks/NOTES.md, "Any k", items 17 and 24), and the lattice forward
-    plus the fold 1.02-1.13x (H100, k = 100-300 on 65536 x 2**14, 4096 x 2**17, 1024 x 2**20 and
-    16384 x 2**15); at d = 4096 it won at k = 100 (d = 37 k') and lost from 144 (26 k')."""
-    return (
-        x.dtype == torch.float32
-        and nnz < _FOLDS_AFTER_BELOW_NNZ
-        and _fold(out_features, nnz) > 0
-        and x.shape[1] >= _FOLDS_AFTER_MIN_GROWTH * spec.WINDOW * spec.windows_per_block(out_features, nnz) * nnz
-    )
+def _lattice_features(out_features: int, nnz: int) -> int:
+    """k' = 16 A nnz: the lattice k whose blocks hold every padded row of k's (docs/spec.md 2b)."""
+    return spec.WINDOW * spec.windows_per_block(out_features, nnz) * nnz
 
 
-#: Blocks below which a float32 forward with folded rows folds them after the lattice forward, and
-#: how many times the lattice k' its input's columns must be.
+def _folds_after(rows: int, columns: int, dtype: torch.dtype, out_features: int, nnz: int) -> bool:
+    """Whether a forward of ``rows`` x ``columns`` runs the lattice forward at k' = 16 A nnz and folds
+    its padded rows after (:func:`_fold_after`), where k folds rows and the input has at least 12x
+    k' columns (Y' and its fold move about 3 k' / d of the input's bytes): with at most 1024 rows,
+    and in float32 with fewer than 8 blocks. There the folding kernel costs more than the fold:
+    H100 (benchmarks/NOTES.md, "Any k", items 17, 24 and 26), time over the lattice k above,
+    folding kernel -> lattice forward and fold. bfloat16, k = 1000-5000: 16 and 32 x 2**24
+    1.09-2.14 -> 1.00, 256 x 2**22 and 512 x 2**21 1.10-1.57 -> 0.99-1.01, 1024 x 2**20 (k =
+    300-13836) 0.79-1.33 -> 0.87-1.02; float32 16 x 2**24 k = 200 / 1000 / 3000 5.18 / 1.96 / 1.24
+    -> 1.00-1.01; float32 with nnz 5-7 1.12-1.50 -> 0.99-1.12 on 65536 x 2**14, 4096 x 2**17 and
+    262144 x 4096 (d = 12-26 k' there). Not taken: 2048 rows and more, where the fold ran 0.97-1.06x
+    the folding kernel's time at 2048 and 4096 rows (1.9x at 4096 x 2**17 -> 1500), up to 1.55x at
+    262144 x 4096 in bfloat16, and up to 1.41x in float32 with 8 blocks or more (65536 x 2**14,
+    262144 x 4096)."""
+    if _fold(out_features, nnz) == 0 or columns < _FOLDS_AFTER_MIN_GROWTH * _lattice_features(out_features, nnz):
+        return False
+    return rows <= _FOLDS_AFTER_MAX_ROWS or (dtype == torch.float32 and nnz < _FOLDS_AFTER_BELOW_NNZ)
+
+
+#: Rows up to which every forward with folded rows folds them after the lattice forward; blocks
+#: below which float32 does at any rows; how many times the lattice k' the input's columns must be.
+_FOLDS_AFTER_MAX_ROWS = 1024
 _FOLDS_AFTER_BELOW_NNZ = spec.BAND
-_FOLDS_AFTER_MIN_GROWTH = 32
+_FOLDS_AFTER_MIN_GROWTH = 12
 
 
 def _fold_after(y_lattice: torch.Tensor, out_features: int, nnz: int) -> torch.Tensor:
     """Y at k from Y' at the lattice k' = 16 A nnz (the same words and rotations): row r of block t
     is padded row r of that block, plus padded row r + size_t where that is under 16 A (docs/spec.md
-    2b: padded row u lands on row u mod size_t). Gathers and an add, all on the device, so that
-    CUDA graphs capture it; each row takes at most one fold, so the result is deterministic."""
-    device = y_lattice.device
-    padded = spec.WINDOW * spec.windows_per_block(out_features, nnz)
-    starts, _ = spec.windowed_block_rows(torch.arange(nnz, device=device), out_features, nnz)
-    rows = torch.arange(out_features, device=device)
-    block = torch.searchsorted(starts, rows, right=True) - 1
-    start, size = spec.windowed_block_rows(block, out_features, nnz)
-    offset = rows - start
-    folded = offset + size
-    y = y_lattice.index_select(1, padded * block + offset)
-    extra = y_lattice.index_select(1, padded * block + folded.clamp_max(padded - 1))
-    return y + torch.where(folded < padded, extra, 0.0)
+    2b: padded row u lands on row u mod size_t), in one pass (``fold_rows_kernel``), which CUDA
+    graphs capture; each row takes at most one fold, so the result is deterministic."""
+    from ..kernels.sparse_jl_windowed import fold_rows_kernel
+
+    n = y_lattice.shape[0]
+    out = _buffers.empty((n, out_features), y_lattice.dtype, y_lattice.device)
+    block_m, block_k = 16, 256
+    fold_rows_kernel[(math.ceil(n / block_m), math.ceil(out_features / block_k))](
+        y_lattice,
+        out,
+        n,
+        out_features,
+        spec.windows_per_block(out_features, nnz),
+        y_lattice.stride(0),
+        y_lattice.stride(1),
+        out.stride(0),
+        out.stride(1),
+        NNZ=nnz,
+        BLOCK_M=block_m,
+        BLOCK_K=block_k,
+    )
+    return out
 
 
 def _forward_main_rows(n: int) -> int:
@@ -547,15 +565,18 @@ def forward_blocks(
     CUDA blocks (n, ...) of one dtype and row count n, each row a contiguous run of at least one
     element, x.stride(0) after the previous one (the columns of a block are its entries past the
     first dimension); x_ptr of the launch is the first block, the others are element offsets from
-    it."""
+    it. Where k folds rows, few rows fold after the launch at the lattice k' (:func:`_folds_after`)."""
     x = blocks[0][1]
     x = x if x.dim() == 2 else x.view(x.shape[0], -1)
     spans = _spans(blocks, x, column_offset, spec.windows_per_block(out_features, nnz))
     first = int(spans[:, 2].min())
     end = int((spans[:, 2] + spans[:, 1]).max())
-    tables = window_tables(end - first, out_features, key0, key1, nnz, first, x.device)
+    folds_after = _folds_after(x.shape[0], end - first, x.dtype, out_features, nnz)
+    launched = _lattice_features(out_features, nnz) if folds_after else out_features  # the same A and tables
+    tables = window_tables(end - first, launched, key0, key1, nnz, first, x.device)
     spans[:, 4:] -= tables.group_base  # groups of the table
-    return _forward(x, tables, out_features, nnz, column_offset, tiling, spans)
+    y = _forward(x, tables, launched, nnz, column_offset, tiling, spans)
+    return _fold_after(y, out_features, nnz) if folds_after else y
 
 
 def _spans(blocks: list, x: torch.Tensor, column_offset: int, windows: int) -> np.ndarray:
