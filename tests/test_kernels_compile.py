@@ -31,6 +31,7 @@ FAMILIES = {
         "sparse_jl_windowed_shuffle_forward_kernel",
         "window_table_kernel",
         "fold_spill_kernel",
+        "fold_rows_kernel",
     },  # and the Gluon forward on sm_90
     "windowed_transpose": {"sparse_jl_windowed_transpose_kernel", "unfold_rows_kernel"},
 }
@@ -317,12 +318,18 @@ def _variants():
                 {"stride_ok": 1, "NNZ": 16, "BLOCK": 1024},
                 ("spill_ptr", "out_ptr") + (("out_features", "windows", "stride_om") if aligned else ()),
             )
-    for dtype in ("bf16", "fp16"):
+    for dtype in ("fp32", "bf16", "fp16"):
         for stride_yk, divisible in [(1, ()), (1, ("n", "stride_ym")), (None, ("out_features",))]:
             signature = {"y_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n": I32, "out_features": I32}
             signature |= {"windows": I32, "stride_ym": I64} | ({} if stride_yk else {"stride_yk": I64})
             const = {"NNZ": 16, "BLOCK_M": 16, "BLOCK_U": 256} | ({"stride_yk": 1} if stride_yk else {})
             yield "unfold_rows_kernel", signature, const, ("y_ptr", "out_ptr") + divisible
+    for dtype in ("fp32", "bf16", "fp16"):
+        for divisible in [("stride_ym",), ("n", "out_features", "stride_ym", "stride_om")]:  # Y' is 16 A nnz wide
+            signature = {"y_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n": I32, "out_features": I32}
+            signature |= {"windows": I32, "stride_ym": I64, "stride_om": I64}
+            const = {"stride_yk": 1, "stride_ok": 1, "NNZ": 7, "BLOCK_M": 16, "BLOCK_K": 256}
+            yield "fold_rows_kernel", signature, const, ("y_ptr", "out_ptr") + divisible
     yield (
         "philox_blocks_kernel",
         {"counter_ptr": "*i64", "key_ptr": "*i64", "out_ptr": "*i64", "n": I32},
