@@ -950,11 +950,19 @@ def _unfolded(y: torch.Tensor, nnz: int) -> torch.Tensor:
     from ..kernels.sparse_jl_windowed import unfold_rows_kernel
 
     n, k = y.shape
-    windows = spec.windows_per_block(k, nnz)
-    out = _buffers.empty((n, spec.WINDOW * windows * nnz), y.dtype, y.device)
+    out = _buffers.empty((n, _lattice_features(k, nnz)), y.dtype, y.device)
     block_m, block_u = 16, 256
     unfold_rows_kernel[(math.ceil(n / block_m), math.ceil(out.shape[1] / block_u))](
-        y, out, n, k, windows, y.stride(0), y.stride(1), NNZ=nnz, BLOCK_M=block_m, BLOCK_U=block_u
+        y,
+        out,
+        n,
+        k,
+        spec.windows_per_block(k, nnz),
+        y.stride(0),
+        y.stride(1),
+        NNZ=nnz,
+        BLOCK_M=block_m,
+        BLOCK_U=block_u,
     )
     return out
 
