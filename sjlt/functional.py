@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 import numbers
+from typing import NamedTuple
 
 import torch
 
 from . import backends, reference, spec
-from ._backend import check_backend, use_triton
+from ._backend import check_backend, triton_interpreting, use_triton
 from ._dtypes import TORCH_COMPLEX_DTYPES, TORCH_FLOAT_DTYPES
 from ._memory import check_output_fits
 from .ops import choice, dense, layouts
@@ -173,20 +174,88 @@ def sparse_jl_blocks(
     On a GPU the blocks of one dtype whose S has the windowed layout share one table launch and one
     kernel launch (a grouped launch), where a call per block would pay its host-side cost per block.
     The grouped sum rounds differently from the per-block one but is bitwise reproducible. Blocks
-    that need a gradient (with grad mode on), whose rows are not contiguous runs of elements, lone
-    blocks, and other devices take ``sparse_jl`` per block, which is differentiable.
+    that need a gradient (with grad mode on), whose last dimension is strided, lone blocks, and
+    other devices take ``sparse_jl`` per block, which is differentiable. A call repeated with
+    blocks of the same shapes, strides, dtypes and devices (at any addresses) reuses the first
+    call's checks and launch plan.
     """
     if isinstance(blocks, torch.Tensor) or not hasattr(blocks, "__iter__"):
         raise TypeError(f"blocks must be a sequence of (first column, tensor) pairs, got {type(blocks).__name__}")
     blocks = list(blocks)
     if not blocks:
         raise ValueError("blocks is empty; pass at least one (first column, tensor) pair")
+    compiling = torch.compiler.is_compiling()  # no grouped launches then (``_groupable``)
+    key = None if compiling else _blocks_key(blocks, out_features, seed, nnz, column_offset, backend)
+    plan = _BLOCK_PLANS.get(key) if key is not None else None
+    if plan is None:
+        plan = _plan_blocks(blocks, out_features, seed, nnz, column_offset, backend)
+        if key is not None:
+            if len(_BLOCK_PLANS) >= _BLOCK_PLANS_MAX:
+                _BLOCK_PLANS.pop(next(iter(_BLOCK_PLANS)))
+            _BLOCK_PLANS[key] = plan
+    out = torch.zeros(plan.rows, plan.out_features, dtype=torch.float32, device=plan.device)
+    key0, key1, nnz, column_offset = plan.settings
+    for indices, grouped in plan.grouped:
+        run = [blocks[index] for index in indices]
+        out += layouts.triton_forward_blocks(run, plan.out_features, key0, key1, nnz, column_offset, grouped)
+    for index in plan.alone:
+        first, x = blocks[index]
+        flat = x if x.dim() == 2 else x.reshape(plan.rows, -1)
+        out += sparse_jl(
+            flat, plan.out_features, seed=seed, nnz=nnz, column_offset=column_offset + first, backend=backend
+        )
+    return out
+
+
+class _BlocksPlan(NamedTuple):
+    """How :func:`sparse_jl_blocks` projects blocks of one signature: the result's shape and
+    device, the validated settings (key0, key1, nnz, column_offset), the grouped launches (block
+    indices in column order, their ``windowed.GroupedBlocks``) and the blocks projected alone.
+    It holds no tensors."""
+
+    rows: int
+    out_features: int
+    device: torch.device
+    settings: tuple
+    grouped: list
+    alone: list
+
+
+#: Plans of recent grouped calls (:func:`sparse_jl_blocks`), by signature; the oldest goes first.
+_BLOCK_PLANS: dict = {}
+_BLOCK_PLANS_MAX = 64
+
+
+def _blocks_key(blocks: list, out_features, seed, nnz, column_offset, backend) -> tuple | None:
+    """What the checks and the plan of a grouped call depend on, or None where an argument is not
+    hashable or a block is not a (first column, tensor) pair (the checks then say what is wrong).
+    The types too: True == 1, but a bool is an error."""
+    try:
+        key = (
+            tuple(
+                (first, type(first), type(x), x.shape, x.stride(), x.dtype, x.device, x.requires_grad)
+                for first, x in blocks
+            ),
+            (out_features, type(out_features), seed, type(seed), nnz, type(nnz), column_offset, type(column_offset)),
+            backend,
+            triton_interpreting(),
+            torch.is_grad_enabled(),
+            torch.get_float32_matmul_precision(),
+            (backends.deterministic, backends.benchmark, backends.dense_cache_bytes, backends.workspace_bytes),
+        )
+        hash(key)
+    except (TypeError, ValueError, AttributeError, RuntimeError):  # RuntimeError: a sparse tensor's strides
+        return None
+    return key
+
+
+def _plan_blocks(blocks: list, out_features, seed, nnz, column_offset, backend) -> _BlocksPlan:
+    """Checks the blocks and settings of a grouped call and decides its launches."""
     k = spec.check_dimension(out_features, "out_features")
     key0, key1, nnz, column_offset = _settings(seed, nnz, k, column_offset, backend)
     groupable = _groupable(k, nnz, backend)
     grouped, alone, device, rows = {}, [], None, None
-    # One pass over the blocks, each tensor attribute read once: GPT-2 small passes 148 per call,
-    # and the checks and grouping took about a quarter of the host's time per call (H100 host).
+    # One pass over the blocks, each tensor attribute read once.
     for index, pair in enumerate(blocks):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:  # a tuple: no union object built per block
             raise TypeError(f"blocks[{index}] must be a (first column, tensor) pair, got {type(pair).__name__}")
@@ -203,21 +272,19 @@ def sparse_jl_blocks(
                 f"{tuple(blocks[0][1].shape)} on {device}; every block needs the same rows n on the same device"
             )
         if groupable(x):
-            grouped.setdefault(x.dtype, []).append((first, x))
+            grouped.setdefault(x.dtype, []).append((first, x, index))
         elif x.numel():
-            alone.append((first, x))
+            alone.append(index)
     check_output_fits(torch.empty(rows, 0, device=device), k, "out_features")  # the float32 (n, k) result
-    out = torch.zeros(rows, k, dtype=torch.float32, device=device)
+    launches = []
     for group in grouped.values():
         for run in _column_runs(group, rows):
             if len(run) == 1:
-                alone += run
+                alone.append(run[0][2])
             else:
-                out += layouts.triton_forward_blocks(run, k, key0, key1, nnz, column_offset)
-    for first, x in alone:
-        flat = x if x.dim() == 2 else x.reshape(rows, -1)
-        out += sparse_jl(flat, k, seed=seed, nnz=nnz, column_offset=column_offset + first, backend=backend)
-    return out
+                plan = layouts.plan_forward_blocks([(first, x) for first, x, _ in run], k, nnz, column_offset)
+                launches.append(([index for _, _, index in run], plan))
+    return _BlocksPlan(rows, k, device, (key0, key1, nnz, column_offset), launches, alone)
 
 
 #: Most columns between two blocks of one grouped launch: its table spans the gap too (nnz / 4
@@ -226,17 +293,18 @@ _GROUPED_GAP_COLUMNS = 1 << 20
 
 
 def _column_runs(blocks: list, rows: int) -> list[list]:
-    """``blocks`` of ``rows`` rows each in column order, cut where a gap between them exceeds
-    _GROUPED_GAP_COLUMNS."""
-    firsts = [first for first, _ in blocks]
+    """``blocks`` (first column, tensor, index) of ``rows`` rows each in column order, cut where a
+    gap between them exceeds _GROUPED_GAP_COLUMNS."""
+    firsts = [first for first, _, _ in blocks]
     if firsts != sorted(firsts):
-        blocks = sorted(blocks, key=lambda pair: pair[0])
+        blocks = sorted(blocks, key=lambda block: block[0])
     runs, end = [], None
-    for first, x in blocks:
+    for block in blocks:
+        first, x = block[0], block[1]
         if end is None or first - end > _GROUPED_GAP_COLUMNS:
             runs.append([])
             end = first
-        runs[-1].append((first, x))
+        runs[-1].append(block)
         end = max(end, first + x.numel() // rows)
     return runs
 
@@ -252,8 +320,7 @@ def _groupable(k: int, nnz: int, backend: str):
     def groupable(x: torch.Tensor) -> bool:
         if not x.numel() or (grad_mode and x.requires_grad):
             return False
-        # Each row a contiguous run of elements, at x.stride(0) from the previous one.
-        if not (x.is_contiguous() or (x.dim() == 2 and x.stride(1) == 1)):
+        if not layouts.joins_grouped_launch(x):  # its columns in runs a launch reads in place
             return False
         triton = by_dtype.get(x.dtype)
         if triton is None:

@@ -256,6 +256,74 @@ def test_sparse_jl_blocks_of_any_rank_and_order(monkeypatch, kernel_device, rng)
     assert torch.allclose(got.double().cpu(), want, atol=1e-5, rtol=1e-5)
 
 
+def test_sparse_jl_blocks_reads_blocks_of_contiguous_tails_in_place(monkeypatch, kernel_device, rng):
+    """A block whose last dimension is contiguous joins the grouped launch as one span per index of
+    the dimensions before its contiguous tail: vmap's per-example gradient of an embedding is
+    (batch, rows, width) with the batch between the rows. A strided last dimension takes sparse_jl."""
+    from sjlt.ops import layouts
+
+    launches = []
+    grouped = layouts.triton_forward_blocks
+    monkeypatch.setattr(
+        layouts, "triton_forward_blocks", lambda blocks, *a: launches.append(len(blocks)) or grouped(blocks, *a)
+    )
+    embedding = torch.randn(6, 4, 5, generator=rng).to(kernel_device).permute(1, 0, 2)  # (4, 6, 5), batch inside
+    sliced = torch.randn(4, 3, 2, 10, generator=rng).to(kernel_device)[..., 1:9]  # tails of 8, rows 60 apart
+    blocks = [
+        (0, embedding),
+        (30, sliced),
+        (78, torch.randn(4, 9, generator=rng).to(kernel_device)),
+        (87, torch.randn(4, 5, 2, generator=rng).to(kernel_device).transpose(1, 2)),  # strided last dimension
+    ]
+    full = torch.cat([x.reshape(4, -1) for _, x in blocks], 1).double().cpu()
+    got = F.sparse_jl_blocks(blocks, 256, seed=5, column_offset=2**33 + 1, backend="triton")
+    assert launches == [3]
+    want = full @ _dense_matrix(97, 256, 5, offset=2**33 + 1).T
+    assert torch.allclose(got.double().cpu(), want, atol=1e-5, rtol=1e-5)
+
+
+def _tensors_in(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [tensor for item in value for tensor in _tensors_in(item)]
+    return (
+        [tensor for item in vars(value).values() for tensor in _tensors_in(item)] if hasattr(value, "__dict__") else []
+    )
+
+
+def test_sparse_jl_blocks_plans_each_signature_once(monkeypatch, kernel_device, rng):
+    """A grouped call repeated with blocks of the same shapes, strides and dtypes at other addresses
+    (TRAK's gradients, every step) reuses its checks and plan, and gives the projection of the new
+    blocks; another stride, dtype or grad mode plans again; a call that fails plans nothing. A plan
+    holds no tensor."""
+    monkeypatch.setattr(F, "_BLOCK_PLANS", {})
+    planned = []
+    plan_blocks = F._plan_blocks
+    monkeypatch.setattr(F, "_plan_blocks", lambda *a: planned.append(1) or plan_blocks(*a))
+
+    def call(blocks):
+        got = F.sparse_jl_blocks(blocks, 256, seed=4, backend="triton")
+        want = sum(
+            F.sparse_jl(x.reshape(3, -1).float(), 256, seed=4, column_offset=f, backend="torch") for f, x in blocks
+        )
+        assert torch.allclose(got.cpu(), want.cpu(), atol=1e-5, rtol=1e-5)
+
+    for _ in range(3):
+        call(_ragged_blocks(rng, 3, [40, 7, 100], kernel_device))
+    assert len(planned) == 1
+    strided = _ragged_blocks(rng, 3, [40, 7], kernel_device) + [(47, torch.randn(3, 120).to(kernel_device)[:, :100])]
+    call(strided)
+    call([(f, x.to(torch.bfloat16)) for f, x in strided])
+    with torch.no_grad():
+        call(strided)
+    assert len(planned) == 4
+    with pytest.raises(ValueError, match="same rows"):
+        F.sparse_jl_blocks(strided + [(147, torch.zeros(2, 4, device=kernel_device))], 256, seed=4)
+    assert len(planned) == 5 and len(F._BLOCK_PLANS) == 4
+    assert not _tensors_in(list(F._BLOCK_PLANS.values()))
+
+
 def test_sparse_jl_blocks_is_differentiable_where_a_block_needs_a_gradient(kernel_device, rng):
     blocks = _ragged_blocks(rng, 4, [30, 50], kernel_device)
     leaf = blocks[1][1].clone().requires_grad_()

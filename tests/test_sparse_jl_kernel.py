@@ -1227,8 +1227,9 @@ def test_grouped_forward_of_aligned_blocks(kernel_device, rng, shuffle):
     """Blocks whose offsets, widths, column offsets and row strides are multiples of 16 take the
     variant that tells the compiler so, with the same result."""
     blocks, full = _blocks_side_by_side(rng, 6, (32, 1024, 16, 512), F32, kernel_device, aligned=True)
-    spans = windowed._spans(blocks, blocks[0][1], 32, spec.windows_per_block(1024, 8))
-    assert windowed._segments(spans, 1, blocks[0][1].device).multiple == 16
+    grouped = windowed.GroupedBlocks(blocks, 32, spec.windows_per_block(1024, 8))
+    x = blocks[0][1]
+    assert grouped.segments(1, grouped.offsets(blocks, x), x.device).multiple == 16
     want = reference.sparse_jl_forward(full, 1024, seed=3, nnz=8, column_offset=32)
     got = windowed.forward_blocks(blocks, 1024, *_key(3), 8, 32, Tiling(splits=3, shuffle=shuffle))
     assert _relative_error(got, want) <= TOLERANCE[F32]
@@ -1256,14 +1257,33 @@ def test_grouped_segments_cut_the_spans_at_every_split(seed):
     count = int(gen.integers(1, 30))
     lengths = gen.integers(1, 41, count)
     g_begin = np.cumsum(gen.integers(0, 3, count)) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    values = gen.integers(0, 1 << 40, (count, 4)) * (16 if seed % 2 else 1)
+    values = gen.integers(0, 1 << 40, (count, 4))
     spans = np.column_stack([values, g_begin, g_begin + lengths]).astype(np.int64)
     for per_split in {1, 3, int(lengths[0]), 16, int(lengths.sum()), int(lengths.sum()) + 5}:
-        segments = windowed._segments(spans, per_split, torch.device("cpu"))
+        got_rows, got_starts = windowed._cut_spans(spans, per_split)
         rows, starts = _segments_oracle(spans, per_split)
-        assert segments.table.tolist() == rows, f"seed={seed}, per_split={per_split}"
-        assert segments.split_starts.tolist() == starts, f"seed={seed}, per_split={per_split}"
-        assert segments.multiple == (1 if (values % 16).any() else 16), f"seed={seed}"
+        assert got_rows.tolist() == rows, f"seed={seed}, per_split={per_split}"
+        assert got_starts.tolist() == starts, f"seed={seed}, per_split={per_split}"
+
+
+@pytest.mark.parametrize(
+    "shape,strides,spans",
+    [
+        ((4, 3, 5), (15, 5, 1), ([0], 15)),  # contiguous: one span
+        ((4, 6, 5), (5, 20, 1), ([0, 20, 40, 60, 80, 100], 5)),  # vmap's embedding gradient
+        ((4, 3, 2, 8), (60, 20, 10, 1), ([0, 10, 20, 30, 40, 50], 8)),  # tails sliced from wider rows
+        ((4, 2, 1, 8), (99, 40, 7, 1), ([0, 40], 8)),  # a dimension of one with any stride
+        ((4, 1, 8), (8, 3, 1), ([0], 8)),
+        ((4, 7), (50, 1), ([0], 7)),  # rows of a wider matrix
+        ((4, 3, 5), (15, 1, 3), None),  # strided last dimension
+        ((4, 4097, 2), (2, 8, 1), None),  # more spans than one launch should take
+    ],
+)
+def test_block_spans(shape, strides, spans):
+    block = torch.empty(0).new_empty(1 << 16).as_strided(shape, strides)
+    got = windowed.block_spans(block)
+    assert (got if got is None else (got[0].tolist(), got[1])) == spans
+    assert windowed.joins_grouped_launch(block) is (spans is not None)
 
 
 def test_grouped_blocks_off_their_elements_are_refused():
@@ -1273,4 +1293,4 @@ def test_grouped_blocks_off_their_elements_are_refused():
     first = torch.frombuffer(memory, dtype=torch.float32, count=32).view(2, 16)
     odd = torch.frombuffer(memory, dtype=torch.float32, offset=130, count=32).view(2, 16)
     with pytest.raises(ValueError, match="2 bytes off its torch.float32 elements.*block.clone"):
-        windowed._spans([(0, first), (16, odd)], first, 0, 2)
+        windowed.GroupedBlocks([(0, first), (16, odd)], 0, 2).offsets([(0, first), (16, odd)], first)

@@ -17,11 +17,31 @@ def triton_forward(
 
 
 def triton_forward_blocks(
-    blocks: list[tuple[int, torch.Tensor]], out_features: int, key0: int, key1: int, nnz: int, column_offset: int
+    blocks: list[tuple[int, torch.Tensor]],
+    out_features: int,
+    key0: int,
+    key1: int,
+    nnz: int,
+    column_offset: int,
+    grouped: windowed.GroupedBlocks | None = None,
 ) -> torch.Tensor:
     """float32 sum of x S[:, column_offset + first + [0, d)]^T over the blocks (first, x), in one grouped
-    launch; the windowed layout only (``windowed.forward_blocks``)."""
-    return windowed.forward_blocks(blocks, out_features, key0, key1, nnz, column_offset)
+    launch; the windowed layout only (``windowed.forward_blocks``), with the blocks' plan
+    (:func:`plan_forward_blocks`) where the caller keeps one."""
+    return windowed.forward_blocks(blocks, out_features, key0, key1, nnz, column_offset, grouped=grouped)
+
+
+def plan_forward_blocks(
+    blocks: list[tuple[int, torch.Tensor]], out_features: int, nnz: int, column_offset: int
+) -> windowed.GroupedBlocks:
+    """What a grouped launch over ``blocks`` reads, fixed by their shapes, strides and first columns:
+    reusable for blocks like these at other addresses."""
+    return windowed.GroupedBlocks(blocks, column_offset, spec.windows_per_block(out_features, nnz))
+
+
+def joins_grouped_launch(block: torch.Tensor) -> bool:
+    """Whether a grouped launch can read the (n, ...) block in place."""
+    return windowed.joins_grouped_launch(block)
 
 
 def triton_transpose(

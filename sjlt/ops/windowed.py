@@ -556,47 +556,116 @@ def forward_blocks(
     nnz: int,
     column_offset: int,
     tiling: Tiling = Tiling(),
+    grouped: GroupedBlocks | None = None,
 ) -> torch.Tensor:
     """float32 (n, k): the sum over ``blocks`` of ``forward(x, ..., column_offset + first)``, pairs
     (first column, x) of a virtual (n, columns) matrix, in one table launch and one forward launch.
     Each split of the launch runs its share of the blocks' groups as segments (``_segment``) and the
     splits' partials are summed in a fixed order, so the result is bitwise reproducible but rounds
     differently from the per-block sum. The caller (``sjlt.functional.sparse_jl_blocks``) passes
-    CUDA blocks (n, ...) of one dtype and row count n, each row a contiguous run of at least one
-    element, x.stride(0) after the previous one (the columns of a block are its entries past the
-    first dimension); x_ptr of the launch is the first block, the others are element offsets from
-    it. Where k folds rows, few rows fold after the launch at the lattice k' (:func:`_folds_after`)."""
-    x = blocks[0][1]
-    x = x if x.dim() == 2 else x.view(x.shape[0], -1)
-    spans = _spans(blocks, x, column_offset, spec.windows_per_block(out_features, nnz))
-    first = int(spans[:, 2].min())
-    end = int((spans[:, 2] + spans[:, 1]).max())
-    folds_after = _folds_after(x.shape[0], end - first, x.dtype, out_features, nnz)
+    CUDA blocks (n, ...) of one dtype and row count n that :func:`joins_grouped_launch`, with their
+    ``grouped`` plan where it keeps one for blocks like these; x_ptr of the launch is the first
+    block, the others are element offsets from it. Where k folds rows, few rows fold after the
+    launch at the lattice k' (:func:`_folds_after`)."""
+    windows = spec.windows_per_block(out_features, nnz)
+    if grouped is None:
+        grouped = GroupedBlocks(blocks, column_offset, windows)
+    base = blocks[0][1]
+    n = base.shape[0]
+    x = base.as_strided((n, 1), (base.stride(0), 1))  # the launch's base address, rows and dtype
+    offsets = grouped.offsets(blocks, x)
+    folds_after = _folds_after(n, grouped.end - grouped.first, x.dtype, out_features, nnz)
     launched = _lattice_features(out_features, nnz) if folds_after else out_features  # the same A and tables
-    tables = window_tables(end - first, launched, key0, key1, nnz, first, x.device)
-    spans[:, 4:] -= tables.group_base  # groups of the table
-    y = _forward(x, tables, launched, nnz, column_offset, tiling, spans)
+    tables = window_tables(grouped.end - grouped.first, launched, key0, key1, nnz, grouped.first, x.device)
+    y = _forward(x, tables, launched, nnz, column_offset, tiling, (grouped, offsets))
     return _fold_after(y, out_features, nnz) if folds_after else y
 
 
-def _spans(blocks: list, x: torch.Tensor, column_offset: int, windows: int) -> np.ndarray:
-    """The blocks (first column, tensor) of a grouped launch as (blocks, 6) int64 rows, built in one
-    pass over the blocks (GPT-2 small passes 148 per call): element offset from x, width, first
-    column of S, row stride, and first and end group (``windows`` chunks of 16 columns per group)."""
-    n = x.shape[0]
-    rows = np.array(
-        [(block.data_ptr(), block.numel() // n, column, block.stride(0)) for column, block in blocks], dtype=np.int64
-    )
-    offsets, remainders = np.divmod(rows[:, 0] - x.data_ptr(), x.element_size())
-    if remainders.any():  # a view reinterpreted from another dtype at an odd byte offset
-        raise ValueError(
-            f"a block's data starts {int(remainders[remainders != 0][0])} bytes off its {x.dtype} elements "
-            f"relative to the first block's; pass a copy of it (block.clone())"
-        )
-    columns = rows[:, 2] + column_offset
-    g_begin = _group_of(columns, windows)
-    g_end = _group_of(columns + rows[:, 1] - 1, windows) + 1
-    return np.stack([offsets, rows[:, 1], columns, rows[:, 3], g_begin, g_end], axis=1)
+#: Most spans a block may add to a grouped launch (``block_spans``): each costs at least one group
+#: of its launch, so a block cut finer projects faster copied (``sparse_jl`` on its reshape).
+_MAX_SPANS_PER_BLOCK = 4096
+
+
+def block_spans(block: torch.Tensor) -> tuple[np.ndarray, int] | None:
+    """A block's columns (its entries past the first dimension, in row-major order) as spans, runs
+    of columns contiguous in every row: (each span's element offset from the block's start, the
+    spans' width), or None where its last dimension is strided or it would take more than
+    _MAX_SPANS_PER_BLOCK spans. One span for a contiguous block; otherwise one per index of the
+    dimensions left of its contiguous tail: vmap lays an embedding's per-example gradient out as
+    (batch, rows, width) with the batch between the rows."""
+    shape, strides = block.shape[1:], block.stride()[1:]
+    dim, width = len(shape), 1
+    while dim and (shape[dim - 1] == 1 or strides[dim - 1] == width):
+        dim -= 1
+        width *= shape[dim]
+    if dim == len(shape) and shape:
+        return None
+    if math.prod(shape[:dim]) > _MAX_SPANS_PER_BLOCK:
+        return None
+    starts = np.zeros(1, dtype=np.int64)
+    for size, stride in zip(shape[:dim], strides[:dim]):
+        starts = (starts[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+    return starts, width
+
+
+def joins_grouped_launch(block: torch.Tensor) -> bool:
+    """Whether a non-empty (n, ...) block can be read by a grouped launch: its columns are spans
+    (:func:`block_spans`), each row x.stride(0) after the previous one."""
+    return block.is_contiguous() or block_spans(block) is not None
+
+
+class GroupedBlocks:
+    """The blocks of a grouped launch as the kernel reads them, fixed by their shapes, strides and
+    first columns but not their addresses: a grouped call repeated with blocks like these (TRAK's
+    gradients, every step) keeps this plan (``sjlt.functional``) and fills in the addresses per
+    call (:meth:`offsets`). ``spans``: (spans, 6) int64 rows of index, width, first column of S,
+    row stride, and first and end group of the table (``windows`` chunks of 16 columns per group);
+    the index becomes the span's element offset in the segment table (:meth:`segments`)."""
+
+    def __init__(self, blocks: list, column_offset: int, windows: int):
+        owners, starts, widths, columns, strides = [], [], [], [], []
+        for index, (first, block) in enumerate(blocks):
+            span_starts, width = block_spans(block)  # not None: the caller's blocks join grouped launches
+            owners.append(np.full(len(span_starts), index, dtype=np.int64))
+            starts.append(span_starts)
+            widths.append(np.full(len(span_starts), width, dtype=np.int64))
+            columns.append(first + column_offset + width * np.arange(len(span_starts), dtype=np.int64))
+            strides.append(np.full(len(span_starts), block.stride(0), dtype=np.int64))
+        self.owners, self.starts = np.concatenate(owners), np.concatenate(starts)
+        widths, columns, strides = np.concatenate(widths), np.concatenate(columns), np.concatenate(strides)
+        self.first, self.end = int(columns.min()), int((columns + widths).max())
+        group_base = _group_of(self.first, windows)  # window_tables' for [first, end)
+        g_begin = _group_of(columns, windows) - group_base
+        g_end = _group_of(columns + widths - 1, windows) + 1 - group_base
+        self.spans = np.stack([np.arange(len(widths)), widths, columns, strides, g_begin, g_end], axis=1)
+        self.groups = int((g_end - g_begin).sum())
+        self.columns = int(widths.sum())
+        self._aligned = not (self.spans[:, 1:4] % spec.WINDOW).any()
+        self._cuts: dict = {}  # groups per split -> (segment rows with span indices, split starts)
+
+    def offsets(self, blocks: list, x: torch.Tensor) -> np.ndarray:
+        """Each span's element offset from x (the first block) for these blocks' addresses."""
+        addresses = np.fromiter((block.data_ptr() for _, block in blocks), dtype=np.int64, count=len(blocks))
+        offsets, remainders = np.divmod(addresses - x.data_ptr(), x.element_size())
+        if remainders.any():  # a view reinterpreted from another dtype at an odd byte offset
+            raise ValueError(
+                f"a block's data starts {int(remainders[remainders != 0][0])} bytes off its {x.dtype} elements "
+                f"relative to the first block's; pass a copy of it (block.clone())"
+            )
+        return offsets[self.owners] + self.starts
+
+    def segments(self, per_split: int, offsets: np.ndarray, device: torch.device) -> _Segments:
+        """The segment table of a launch whose splits take ``per_split`` groups each, with the
+        spans' ``offsets``, uploaded in one copy."""
+        cut = self._cuts.get(per_split)
+        if cut is None:
+            cut = self._cuts[per_split] = _cut_spans(self.spans, per_split)
+        rows, starts = cut
+        table = rows.copy()
+        table[:, 0] = offsets[rows[:, 0]]
+        packed = _upload(np.concatenate([table.ravel(), starts]), device)
+        aligned = self._aligned and not (offsets % spec.WINDOW).any()
+        return _Segments(packed[: table.size].view(-1, 6), packed[table.size :], spec.WINDOW if aligned else 1)
 
 
 #: Tensor-core forward programs an SM holds at once (float32 and the half types' 128-row programs:
@@ -631,10 +700,11 @@ class _Segments(NamedTuple):
     multiple: int
 
 
-def _segments(spans: np.ndarray, per_split: int, device: torch.device) -> _Segments:
-    """The spans (``_spans``) cut into runs of ``per_split`` groups in order: split s runs groups
-    [s * per_split, (s + 1) * per_split) of their concatenation. Vectorised, and uploaded in one
-    copy: a Python loop over the pieces took about 1 ms of the host's time per GPT-2 call."""
+def _cut_spans(spans: np.ndarray, per_split: int) -> tuple[np.ndarray, np.ndarray]:
+    """The spans (``GroupedBlocks.spans``) cut into runs of ``per_split`` groups in order: split s
+    runs groups [s * per_split, (s + 1) * per_split) of their concatenation. Returns the segments'
+    rows (a span's row, its groups cut) and each split's first segment ((splits + 1,) int64).
+    Vectorised: a Python loop over the pieces took about 1 ms of the host's time per GPT-2 call."""
     lengths = spans[:, 5] - spans[:, 4]
     firsts = np.cumsum(lengths) - lengths  # each span's first group in the concatenation
     total = int(firsts[-1] + lengths[-1])
@@ -644,10 +714,7 @@ def _segments(spans: np.ndarray, per_split: int, device: torch.device) -> _Segme
     rows = spans[span]
     rows[:, 4] += cuts - firsts[span]
     rows[:, 5] = rows[:, 4] + np.diff(cuts, append=total)
-    starts = np.append(np.searchsorted(cuts, split_firsts), len(cuts))
-    packed = _upload(np.concatenate([rows.ravel(), starts]), device)
-    aligned = not (spans[:, :4] % spec.WINDOW).any()
-    return _Segments(packed[: rows.size].view(-1, 6), packed[rows.size :], spec.WINDOW if aligned else 1)
+    return rows, np.append(np.searchsorted(cuts, split_firsts), len(cuts))
 
 
 def _upload(values: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -666,20 +733,22 @@ def _forward(
     nnz: int,
     column_offset: int,
     tiling: Tiling,
-    spans: np.ndarray | None = None,
+    grouped: tuple[GroupedBlocks, np.ndarray] | None = None,
 ) -> torch.Tensor:
-    """The forward's launch over x (with ``spans``: over the blocks, see :func:`forward_blocks`)."""
+    """The forward's launch over x (with ``grouped``, the blocks' plan and their spans' offsets from
+    x: over the blocks, see :func:`forward_blocks`)."""
     from ..kernels.sparse_jl_windowed import (
         sparse_jl_windowed_forward_kernel,
         sparse_jl_windowed_shuffle_forward_kernel,
     )
 
     n, d = x.shape
-    groups = tables.groups if spans is None else int((spans[:, 5] - spans[:, 4]).sum())
-    input_bytes = None if spans is None else int(spans[:, 1].sum()) * n * x.element_size()
-    per_sm = 8 if spans is None else _GROUPED_PROGRAMS_PER_SM
+    plan = grouped[0] if grouped is not None else None
+    groups = tables.groups if plan is None else plan.groups
+    input_bytes = None if plan is None else plan.columns * n * x.element_size()
+    per_sm = 8 if plan is None else _GROUPED_PROGRAMS_PER_SM
     # the half types' 64-row programs are not weighed in waves: unsplit they ran 1.02-1.07x slower
-    resident = _TILE_PROGRAMS_RESIDENT_PER_SM if spans is None and x.dtype == torch.float32 else None
+    resident = _TILE_PROGRAMS_RESIDENT_PER_SM if plan is None and x.dtype == torch.float32 else None
     bands = spec.band_count(nnz)
     fp32_passes, dot_type = dot_config(x.dtype)
     block_m = tiling.blocks[0] if tiling.blocks else None
@@ -687,7 +756,7 @@ def _forward(
         x, nnz, groups, tables.windows, tiling.splits, block_m, out_features, bands, input_bytes, per_sm, resident
     )
     fold = _fold(out_features, nnz)
-    if spans is None and (
+    if plan is None and (
         not fold and _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon
     ):
         return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
@@ -707,9 +776,9 @@ def _forward(
         )
     if not shuffles:
         # a grouped launch keeps the aligned steps: its misaligned segments were not measured
-        aligned = spans is not None or _aligned_chunks(x, column_offset)
+        aligned = plan is not None or _aligned_chunks(x, column_offset)
         groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
-        folded = fold > 0 and spans is None
+        folded = fold > 0 and plan is None
         if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, folded):
             # Splits: a fold over two bands or more weighs its splits against their partials'
             # cost (its kernel writing partials is slow), one band in waves, the lattice and
@@ -726,17 +795,17 @@ def _forward(
                 bands,
                 input_bytes,
                 per_sm,
-                None if spans is not None or (folded and not one_band_fold) else _TILE_PROGRAMS_RESIDENT_PER_SM,
+                None if plan is not None or (folded and not one_band_fold) else _TILE_PROGRAMS_RESIDENT_PER_SM,
                 fewest_waves=one_band_fold,
                 partial_cost=folded and not one_band_fold,
             )
-    if spans is None:
+    if plan is None:
         out, stride_split = forward_output(n, out_features, splits, x)
         segments = _Segments(tables.words, tables.words, 1)  # unread
     else:
         out = _buffers.empty((splits, n, out_features), torch.float32, x.device)
         stride_split = out.stride(0)
-        segments = _segments(spans, per_split, x.device)
+        segments = plan.segments(per_split, grouped[1], x.device)
     spill = _spill(n, splits, nnz, fold, out)
     arguments = (
         x,
@@ -766,7 +835,7 @@ def _forward(
         BLOCKS=_band_blocks(nnz),
         BANDS=bands,
         FOLDS=fold > 0,
-        SEGMENTS=spans is not None,
+        SEGMENTS=plan is not None,
         SEGMENT_MULTIPLE=segments.multiple,
     )
     if shuffles:
@@ -798,11 +867,11 @@ def _forward(
             UNROLL=unroll,
             PROMOTE_EVERY=promote_every(fp32_passes, math.ceil(per_split / (groups_per_dot * unroll)), tiling),
             PIPELINED=pipelined,
-            VECTOR_STORES=_vector_stores(block_m, writes_y=spans is None and splits == 1),
+            VECTOR_STORES=_vector_stores(block_m, writes_y=plan is None and splits == 1),
             num_warps=tiling.num_warps or _num_warps(block_m),
             num_stages=tiling.num_stages or stages,
         )
-    y = sum_splits(out, splits, x.dtype) if spans is None else out.sum(0) if splits > 1 else out[0]
+    y = sum_splits(out, splits, x.dtype) if plan is None else out.sum(0) if splits > 1 else out[0]
     return _add_fold(y, spill, out_features, nnz, fold)
 
 
