@@ -79,6 +79,7 @@ def parse_args(argv=None):
         default=4096,
         help="per-example gradient memory of project_per_example_gradients in (b)",
     )
+    parser.add_argument("--sections", default="featurize,memory", help="tables to make: featurize (a), memory (b)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
     args = parser.parse_args(argv)
@@ -94,6 +95,9 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"--variants takes {list(VARIANTS)}, got {sorted(unknown)}")
     args.memory_batches = [int(b) for b in args.memory_batches.split(",")]
+    args.sections = args.sections.split(",")
+    if not args.sections or set(args.sections) - {"featurize", "memory"}:
+        parser.error(f"--sections takes featurize and/or memory, got {','.join(args.sections)}")
     return args
 
 
@@ -306,7 +310,12 @@ def main(argv=None) -> str:
         f"transformers {transformers.__version__}, sjlt {sjlt.__version__}; {date.today()}; "
         f"`python {' '.join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])])}`"
     )
-    report = "\n\n".join([header, featurize_table(model, args), memory_table(model, args)]) + "\n"
+    tables = [
+        make(model, args)
+        for name, make in (("featurize", featurize_table), ("memory", memory_table))
+        if name in args.sections
+    ]
+    report = "\n\n".join([header, *tables]) + "\n"
     print(report)
     if args.out is not None:
         args.out.write_text(report, encoding="utf-8")
