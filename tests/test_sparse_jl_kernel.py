@@ -589,21 +589,24 @@ def test_transpose_pads_y_rows_off_16_when_z_is_16x_larger(kernel_device, rng, m
 
 
 @pytest.mark.parametrize(
-    "dtype,k,d,nnz,unfolded",
+    "dtype,k,d,nnz,unfolded,n",
     [
-        (BF16, 150, 700, 9, 288),  # two bands, A = 2: every block folds a window
-        (F16, 300, 1300, 16, 512),  # two bands, the last block cut at k
-        (BF16, 300, 1300, 17, 544),  # three bands
-        (BF16, 150, 299, 9, None),  # Z under 2x y's columns
-        (F32, 150, 700, 9, 288),  # float32, two bands, y's rows off 16
-        (F32, 150, 449, 9, None),  # float32, two bands, Z under 3x y's columns
-        (F32, 150, 2400, 9, None),  # float32, two bands, y padded instead
-        (F32, 300, 1300, 17, 544),  # float32, three bands, y's rows off 16
-        (F32, 304, 1300, 17, None),  # float32, y's rows on 16
-        (BF16, 288, 1300, 9, None),  # the lattice
+        (BF16, 150, 700, 9, 288, 21),  # two bands, A = 2: every block folds a window
+        (F16, 300, 1300, 16, 512, 21),  # two bands, the last block cut at k
+        (BF16, 300, 1300, 17, 544, 21),  # three bands
+        (BF16, 150, 299, 9, None, 21),  # Z under 2x y's columns
+        (F32, 150, 700, 9, 288, 21),  # float32, two bands, y's rows off 16
+        (F32, 150, 449, 9, None, 21),  # float32, two bands, Z under 3x y's columns
+        (F32, 150, 2400, 9, None, 40),  # float32, two bands, from 33 rows y padded instead
+        (F32, 150, 2400, 9, 288, 21),  # float32, two bands, few rows: unfolded where y would be padded
+        (F32, 300, 1300, 17, 544, 21),  # float32, three bands, y's rows off 16
+        (F32, 304, 1300, 17, None, 21),  # float32, y's rows on 16
+        (BF16, 288, 1300, 9, None, 21),  # the lattice
     ],
 )
-def test_transpose_unfolds_folded_y_for_the_lattice_kernel(kernel_device, rng, monkeypatch, dtype, k, d, nnz, unfolded):
+def test_transpose_unfolds_folded_y_for_the_lattice_kernel(
+    kernel_device, rng, monkeypatch, dtype, k, d, nnz, unfolded, n
+):
     """A folded transpose that ``_unfolds_y`` picks runs the lattice kernel on y unfolded to
     k' = 16 A nnz columns; Z matches the reference, and equals bitwise what the folding kernel
     gives. y is a strided view over more than one program of the unfold kernel in both directions
@@ -613,7 +616,7 @@ def test_transpose_unfolds_folded_y_for_the_lattice_kernel(kernel_device, rng, m
     monkeypatch.setattr(
         windowed, "_transpose_band", lambda y, *args, **kw: widths.append(y.shape[1]) or launch(y, *args, **kw)
     )
-    y = torch.randn(21, 2 * k, generator=rng).to(dtype).to(kernel_device)[:, ::2]
+    y = torch.randn(n, 2 * k, generator=rng).to(dtype).to(kernel_device)[:, ::2]
     offset = 2**32 + 48
     want = reference.sparse_jl_transpose(y.cpu().double(), d, seed=5, nnz=nnz, column_offset=offset)
     got = windowed.transpose(y, d, *_key(5), nnz, offset)
@@ -1008,7 +1011,8 @@ def test_unfolds_y_rule():
     """y is unfolded where S folds rows (the H100 measurements in benchmarks/NOTES.md). A half type:
     with two bands or more where Z has 2x y's columns, with one band where it has 8x and y at least
     4096 rows. float32 with y's row stride off 16: with two bands where Z has 3x y's columns but
-    under the 16x from which y is padded instead, with more where Z has 2x."""
+    under the 16x from which y is padded instead (at any growth with up to 32 rows), with more
+    where Z has 2x."""
     rule = windowed._unfolds_y
     y16, y32 = torch.empty(4, 2500, dtype=torch.bfloat16), torch.empty(4, 2500)
     assert rule(y16, 5000, 2, 16) and rule(y16.half(), 5000, 2, 16) and rule(y16, 5000, 4, 32)
@@ -1022,7 +1026,8 @@ def test_unfolds_y_rule():
         return torch.empty_strided((n, k), (stride or k, 1), device="meta")
 
     assert rule(rows(4, 2500), 7500, 2, 16) and rule(rows(65536, 2500), 39999, 2, 16)
-    assert not rule(rows(4, 2500), 7499, 2, 16) and not rule(rows(4, 2500), 40000, 2, 16)  # padded
+    assert not rule(rows(4, 2500), 7499, 2, 16) and not rule(rows(33, 2500), 40000, 2, 16)  # padded
+    assert rule(rows(32, 2500), 40000, 2, 16) and rule(rows(1, 2500), 2**24, 2, 16)  # few rows
     assert not rule(rows(65536, 2500, stride=2512), 16384, 2, 16)  # rows on 16
     assert not rule(rows(65536, 6000), 16384, 2, 16)  # k on 16
     assert not rule(rows(65536, 1000), 16384, 1, 8)  # one band

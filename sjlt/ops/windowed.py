@@ -970,9 +970,9 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     - a half-type y, where Z has at least 2x y's columns with two bands or more, or, with one band,
       8x them and at least 4096 rows: there the kernel's fold cost more than the copy;
     - a float32 y whose row stride is off 16 (k off 16: the kernel then loads y element by
-      element), with two bands where Z has 3x y's columns but under the 16x from which y is padded
-      instead (:func:`_pads_y`), or with three bands or more where Z has 2x y's columns: there the
-      copy into aligned rows pays for itself.
+      element), with two bands where Z has 3x y's columns but, from 33 rows, under the 16x from
+      which y is padded instead (:func:`_pads_y`), or with three bands or more where Z has 2x y's
+      columns: there the copy into aligned rows pays for itself.
 
     H100 (benchmarks/NOTES.md, "Any k", items 16, 23 and 25), unfolded / folded time with the copy.
     bfloat16: two bands, 4096 x 2**17 k = 2500-7000 0.69-0.79, 65536 x 2**14 k = 2100-3500
@@ -988,7 +988,9 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     2**16 k = 2500 / 3000, 4096 x 2**17, 1024 x 2**20: 1.10-1.27x, the padded folding kernel
     beating the lattice one) or Z under 3x y's columns (65536 x 2**14 k = 7774: 1.07x; 262144 x
     4096: 1.08-1.43x), four bands with Z under 2x (65536 x 2**14 k = 10443-15629 with 32 blocks
-    1.01-1.04x, though 0.92-0.95x with 31; 262144 x 4096 1.17x)."""
+    1.01-1.04x, though 0.92-0.95x with 31; 262144 x 4096 1.17x). float32 with y padded, two bands,
+    k = 2500-7000 (NOTES.md, "Any k", item 27): 16 and 32 x 2**24 unfolded 0.98-1.03x the lattice k
+    above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded 0.80-0.85x."""
     if _fold(y.shape[1], nnz) == 0:
         return False
     n, k = y.shape
@@ -996,7 +998,8 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
         if bands == 1 or y.stride(0) % spec.WINDOW == 0:
             return False
         if bands == 2:
-            return k * _UNFOLDED_FLOAT32_MIN_GROWTH <= in_features < k * _PADDED_Y_MIN_GROWTH
+            padded = k * _PADDED_Y_MIN_GROWTH <= in_features and n > _UNFOLDED_FLOAT32_MAX_PADDED_ROWS
+            return k * _UNFOLDED_FLOAT32_MIN_GROWTH <= in_features and not padded
         return k * _UNFOLDED_Y_MIN_GROWTH <= in_features
     if bands == 1:
         return k * _UNFOLDED_ONE_BAND_MIN_GROWTH <= in_features and n >= _UNFOLDED_ONE_BAND_MIN_ROWS
@@ -1008,8 +1011,10 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
 _UNFOLDED_Y_MIN_GROWTH = 2
 _UNFOLDED_ONE_BAND_MIN_GROWTH = 8
 _UNFOLDED_ONE_BAND_MIN_ROWS = 4096
-#: The growth a float32 two-band transpose needs to unfold y.
+#: The growth a float32 two-band transpose needs to unfold y, and the most rows with which it
+#: unfolds y rather than pad it where Z has _PADDED_Y_MIN_GROWTH times y's columns.
 _UNFOLDED_FLOAT32_MIN_GROWTH = 3
+_UNFOLDED_FLOAT32_MAX_PADDED_ROWS = 32
 
 
 def _unfolded(y: torch.Tensor, nnz: int) -> torch.Tensor:
