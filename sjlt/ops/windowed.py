@@ -582,7 +582,8 @@ def forward_blocks(
 
 
 #: Most spans a block may add to a grouped launch (``block_spans``): each costs at least one group
-#: of its launch, so a block cut finer projects faster copied (``sparse_jl`` on its reshape).
+#: of the launch and a row of its segment table, so a block cut finer takes ``sparse_jl`` on its
+#: reshape (a copy) instead. A guard against tables of millions of rows, not a measured crossover.
 _MAX_SPANS_PER_BLOCK = 4096
 
 
