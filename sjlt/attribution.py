@@ -48,7 +48,6 @@ __all__ = [
 #: projectors run unchanged (README, "Data attribution").
 PROJ_TYPES = ("sjlt", "rademacher", "normal")
 
-_FLOAT_DTYPES = frozenset(TORCH_FLOAT_DTYPES)
 _FLOAT_NAMES = ", ".join(str(dtype).removeprefix("torch.") for dtype in TORCH_FLOAT_DTYPES)
 
 
@@ -237,20 +236,11 @@ class SJLTProjector(_ProjectorBase):
                 )
             blocks, first, rows = [], 0, None
             for name, tensor in grads.items():
-                # The common gradient is checked inline (GPT-2 passes 148 per call); any other by
-                # _checked_gradient, which says what is wrong or views a (batch,) one as (batch, 1).
-                if (
-                    type(tensor) is torch.Tensor
-                    and tensor.dtype in _FLOAT_DTYPES
-                    and tensor.dim() > 1
-                    and (rows is None or tensor.shape[0] == rows)
-                ):
-                    block = tensor
-                else:
-                    block = _checked_gradient(str(name), tensor, rows)
-                rows = block.shape[0]
+                block = _checked_gradient(str(name), tensor, rows)
+                shape = block.shape
+                rows = shape[0]
                 blocks.append((first, block))
-                first += block.numel() // rows if rows else math.prod(block.shape[1:])
+                first += block.numel() // rows if rows else math.prod(shape[1:])
             what = f"the dict's gradients hold {first} entries per example"
         elif isinstance(grads, torch.Tensor):
             if grads.dim() != 2:

@@ -70,12 +70,15 @@ def _chosen_algorithm(op, flat, features, nnz, key0, key1, column_offset) -> str
 # A launch-bound forward repeated with one signature goes straight to the dense algorithm's plan
 # (dense.plan_forward): the signature holds everything validation and the rule depend on.
 def _plan_key(x, out_features, seed, nnz, column_offset, backend) -> tuple:
-    # The types too: True == 1, but a bool seed is an error (``_settings``).
+    return (x.shape, x.dtype, x.device, *_settings_key(out_features, seed, nnz, column_offset, backend))
+
+
+def _settings_key(out_features, seed, nnz, column_offset, backend) -> tuple:
+    """The arguments and ``sjlt.backends`` flags that a planned call's checks and algorithm rule
+    read, as part of its key. The types too: True == 1, but a bool seed is an error (``_settings``)."""
     return (
-        x.shape,
-        x.dtype,
-        x.device,
         out_features,
+        type(out_features),
         seed,
         type(seed),
         nnz,
@@ -228,20 +231,18 @@ _BLOCK_PLANS_MAX = 64
 
 def _blocks_key(blocks: list, out_features, seed, nnz, column_offset, backend) -> tuple | None:
     """What the checks and the plan of a grouped call depend on, or None where an argument is not
-    hashable or a block is not a (first column, tensor) pair (the checks then say what is wrong).
-    The types too: True == 1, but a bool is an error."""
+    hashable or a block is not a (first column, tensor) pair (the checks then say what is wrong)."""
     try:
         key = (
             tuple(
                 (first, type(first), type(x), x.shape, x.stride(), x.dtype, x.device, x.requires_grad)
                 for first, x in blocks
             ),
-            (out_features, type(out_features), seed, type(seed), nnz, type(nnz), column_offset, type(column_offset)),
-            backend,
+            _settings_key(out_features, seed, nnz, column_offset, backend),
+            backends.workspace_bytes,
             triton_interpreting(),
             torch.is_grad_enabled(),
             torch.get_float32_matmul_precision(),
-            (backends.deterministic, backends.benchmark, backends.dense_cache_bytes, backends.workspace_bytes),
         )
         hash(key)
     except (TypeError, ValueError, AttributeError, RuntimeError):  # RuntimeError: a sparse tensor's strides

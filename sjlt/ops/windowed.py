@@ -999,8 +999,8 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
         if bands == 1 or y.stride(0) % spec.WINDOW == 0:
             return False
         if bands == 2:
-            padded = k * _PADDED_Y_MIN_GROWTH <= in_features and n > _UNFOLDED_FLOAT32_MAX_PADDED_ROWS
-            return k * _UNFOLDED_FLOAT32_MIN_GROWTH <= in_features and not padded
+            few_rows = n <= _UNFOLDED_FLOAT32_MAX_PADDED_ROWS
+            return k * _UNFOLDED_FLOAT32_MIN_GROWTH <= in_features and (few_rows or not _pads_y(y, in_features, bands))
         return k * _UNFOLDED_Y_MIN_GROWTH <= in_features
     if bands == 1:
         return k * _UNFOLDED_ONE_BAND_MIN_GROWTH <= in_features and n >= _UNFOLDED_ONE_BAND_MIN_ROWS
