@@ -58,10 +58,15 @@ def _gf16_times(a, T: tl.constexpr):
 
 
 @triton.jit
-def _with_mask(word, slope, intercept, T: tl.constexpr):
-    """W_(c,t) with its low 4 bits replaced by the chunk's XOR mask in block t: slope * (t mod 16)
-    XOR intercept (docs/spec.md, 2b)."""
-    return ((word & 0xFFFFFFF0) | (_gf16_times(slope, T % 16) ^ intercept)).to(tl.int32, bitcast=True)
+def _gf16_xtime(a):
+    """a * x in GF(16) for a uint32 tensor a < 16: a shift, reduced by x^4 = x + 1."""
+    return ((a << 1) ^ (0 - (a >> 3)) & 0x13) & 15
+
+
+@triton.jit
+def _with_mask(word, mask):
+    """W_(c,t) with its low 4 bits replaced by the chunk's XOR mask in block t (docs/spec.md, 2b)."""
+    return ((word & 0xFFFFFFF0) | mask).to(tl.int32, bitcast=True)
 
 
 @triton.jit
@@ -78,48 +83,57 @@ def window_table_kernel(
     DOMAIN_WINDOW: tl.constexpr,
     DOMAIN_GROUP: tl.constexpr,
     BLOCK: tl.constexpr,
-    WORDS: tl.constexpr,
+    QUADS: tl.constexpr,
 ):
     """words[c, t] for the groups*windows chunks of groups [group_base, group_base + groups), and
-    rotations[g, b] = R_(group_base + g, b). Grid: cdiv(groups * windows, BLOCK); WORDS is NNZ
-    rounded up to a power of two."""
-    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    chunk = group_base * windows + idx
-    in_table = idx < groups * windows
-    lo = (chunk & 0xFFFFFFFF).to(tl.uint32)
-    hi = (chunk >> 32).to(tl.uint32)
-    zero = tl.zeros_like(lo)
-    # a_c and b_c come from W_(c,0): Philox block 0 of the chunk, computed first.
-    w0, w1, w2, w3 = philox4x32_10(lo, hi, zero, zero + DOMAIN_WINDOW, key0, key1)
-    slope = (w0 >> 4) & 15
-    intercept = w0 & 15
-    # The chunk's NNZ words gathered into one [BLOCK, WORDS] tile and stored at once: a warp then
-    # writes whole sectors, where a store per word wrote every sector in 4-byte pieces.
-    lanes = tl.arange(0, WORDS)[None, :]
-    words = tl.zeros((BLOCK, WORDS), dtype=tl.int32)
-    for quad in tl.static_range(0, (NNZ + 3) // 4):
-        if quad > 0:
-            w0, w1, w2, w3 = philox4x32_10(lo, hi, zero + quad, zero + DOMAIN_WINDOW, key0, key1)
-        words = tl.where(lanes == 4 * quad, _with_mask(w0, slope, intercept, 4 * quad)[:, None], words)
-        words = tl.where(lanes == 4 * quad + 1, _with_mask(w1, slope, intercept, 4 * quad + 1)[:, None], words)
-        words = tl.where(lanes == 4 * quad + 2, _with_mask(w2, slope, intercept, 4 * quad + 2)[:, None], words)
-        words = tl.where(lanes == 4 * quad + 3, _with_mask(w3, slope, intercept, 4 * quad + 3)[:, None], words)
-    tl.store(words_ptr + idx[:, None] * NNZ + lanes, words, mask=in_table[:, None] & (lanes < NNZ))
+    rotations[g, b] = R_(group_base + g, b). Grid: cdiv(groups * windows, BLOCK); QUADS is
+    ceil(NNZ / 4) rounded up to a power of two.
+
+    Each (chunk, quad) pair of the program's [BLOCK, QUADS] tile draws one Philox counter, the
+    chunk's words in blocks 4 quad .. 4 quad + 3, and holds them side by side, so that a warp writes
+    whole rows. With the chunks' words in one [BLOCK, NNZ] tile built from [BLOCK] vectors, the
+    compiler spread each row over four threads and every thread computed the Philox rounds of its
+    row: four times the work in a kernel bound by its instructions (benchmarks/NOTES.md, "The
+    window table")."""
+    chunks = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    quad = tl.arange(0, QUADS)[None, :]
+    in_table = (chunks < groups * windows)[:, None]
+    # in int64 first: Triton passes a group_base below 2**31 as int32, and the product can pass 2**31
+    chunk = tl.cast(group_base, tl.int64) * windows + chunks[:, None] + quad * 0
+    w0, w1, w2, w3 = philox4x32_10(
+        (chunk & 0xFFFFFFFF).to(tl.uint32), (chunk >> 32).to(tl.uint32), quad, DOMAIN_WINDOW + quad * 0, key0, key1
+    )
+    # a_c and b_c are bits of W_(c,0), word 0 of quad 0; block t's mask is a_c * (t mod 16) XOR b_c,
+    # a sum over the bits of t mod 16 = 4 (quad mod 4) + j of a_c * x^i (GF(16) adds by XOR).
+    first = tl.sum(tl.where(quad == 0, w0, 0), axis=1)[:, None]
+    slope = (first >> 4) & 15
+    slope_x1 = _gf16_xtime(slope)
+    slope_x2 = _gf16_xtime(slope_x1)
+    slope_x3 = _gf16_xtime(slope_x2)
+    mask = (first & 15) ^ tl.where((quad & 1) != 0, slope_x2, 0) ^ tl.where((quad & 2) != 0, slope_x3, 0)
+    # join stacks along a new last axis: join(join(a, c), join(b, d)) is (a, b, c, d) in row-major order
+    words = tl.join(
+        tl.join(_with_mask(w0, mask), _with_mask(w2, mask ^ slope_x1)),
+        tl.join(_with_mask(w1, mask ^ slope), _with_mask(w3, mask ^ slope ^ slope_x1)),
+    ).reshape(BLOCK, 4 * QUADS)
+    block = tl.arange(0, 4 * QUADS)[None, :]
+    tl.store(words_ptr + chunks[:, None] * NNZ + block, words, mask=in_table & (block < NNZ))
     if tl.program_id(0).to(tl.int64) * BLOCK < groups:  # the programs whose indices include groups
-        group = group_base + idx
+        zero = tl.zeros((BLOCK,), dtype=tl.uint32)
+        group = group_base + chunks
         group_lo = (group & 0xFFFFFFFF).to(tl.uint32)
         group_hi = (group >> 32).to(tl.uint32)
-        in_groups = idx < groups
+        in_groups = chunks < groups
         size = (zero + windows).to(tl.uint32)
-        for quad in tl.static_range(0, (BANDS + 3) // 4):  # R_(g,b) = word b mod 4 of counter (g, b div 4)
-            r0, r1, r2, r3 = philox4x32_10(group_lo, group_hi, zero + quad, zero + DOMAIN_GROUP, key0, key1)
-            base = rotations_ptr + idx * BANDS + 4 * quad
+        for band_quad in tl.static_range(0, (BANDS + 3) // 4):  # R_(g,b) = word b mod 4 of counter (g, b div 4)
+            r0, r1, r2, r3 = philox4x32_10(group_lo, group_hi, zero + band_quad, zero + DOMAIN_GROUP, key0, key1)
+            base = rotations_ptr + chunks * BANDS + 4 * band_quad
             tl.store(base, tl.umulhi(r0, size).to(tl.int32), mask=in_groups)
-            if 4 * quad + 1 < BANDS:
+            if 4 * band_quad + 1 < BANDS:
                 tl.store(base + 1, tl.umulhi(r1, size).to(tl.int32), mask=in_groups)
-            if 4 * quad + 2 < BANDS:
+            if 4 * band_quad + 2 < BANDS:
                 tl.store(base + 2, tl.umulhi(r2, size).to(tl.int32), mask=in_groups)
-            if 4 * quad + 3 < BANDS:
+            if 4 * band_quad + 3 < BANDS:
                 tl.store(base + 3, tl.umulhi(r3, size).to(tl.int32), mask=in_groups)
 
 
@@ -277,7 +291,7 @@ def _stacked_columns(c0, c1, c2, c3, lanes, first_group, g_end, windows, group_b
     chunk = tl.where(stacked == 1, c1, c0)  # scalars broadcast to the lanes' shape and layout
     chunk = tl.where(stacked == 2, c2, chunk)
     chunk = tl.where(stacked == 3, c3, chunk)
-    cols = (group_base * windows + chunk) * WINDOW - column_offset + lanes % WINDOW
+    cols = (tl.cast(group_base, tl.int64) * windows + chunk) * WINDOW - column_offset + lanes % WINDOW
     return cols, (first_group + stacked < g_end) & (cols >= 0) & (cols < d)
 
 

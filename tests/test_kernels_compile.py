@@ -278,14 +278,15 @@ def _variants():
                 if dtype == "fp32" and passes == 3 and nnz in (16, 8) and (bands == 1 or paired):  # sweeps' steps
                     transpose_steps += [(2, False, False), (2, False, True), (4, True, not transpose_steps[0][2])]
                 yield from _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps)
-    for nnz in (32, 16, 8, 3, 1):
+    for nnz in (32, 16, 12, 8, 7, 3, 1):
+        block, quads = windowed.table_tiling(nnz)
         const = {
             "NNZ": nnz,
             "BANDS": spec.band_count(nnz),
             "DOMAIN_WINDOW": spec.DOMAIN_SPARSE_JL_WINDOW,
             "DOMAIN_GROUP": spec.DOMAIN_SPARSE_JL_GROUP,
-            "BLOCK": 256,
-            "WORDS": 1 << (nnz - 1).bit_length(),
+            "BLOCK": block,
+            "QUADS": quads,
         }
         if nnz == 1:
             const.update(key0=1, key1=1, windows=1)

@@ -29,6 +29,7 @@ SHAPES = [
     (70, 333, 2048, 16, 5, 9),  # nnz 16, several row tiles: two bands
     (4, 300, 512, 32, 5, 77),  # nnz 32: masks repeat every 16 blocks (t mod 16), four bands
     (6, 500, 384, 12, 3, 21),  # nnz 12: a short last band (blocks 8-11)
+    (6, 700, 300, 7, 2**36 + 3, 55),  # first table group below 2**31, its first chunk 2**32 - 1
 ]
 
 
@@ -448,6 +449,31 @@ def test_two_band_transpose_rule():
     assert not windowed._pairs_bands(y, 24, tables, Tiling()) and not windowed._pairs_bands(y, 8, tables, Tiling())
     # 32-row programs run 2 warps, but 4 when they sum two bands; 64 rows always 4
     assert windowed._num_warps(32) == 2 and windowed._num_warps(32, paired=True) == windowed._num_warps(64) == 4
+
+
+# (d, k, nnz, column_offset): every count of Philox quads per chunk (1-10, padded to 1-16), a short
+# last quad, chunk indices past 2**32, and tables past one program of chunks.
+TABLE_SHAPES = [
+    (16, 16, 1, 0),
+    (5000, 300, 7, 2**36 + 3),
+    (3000, 1000, 8, 5),
+    (700, 384, 12, 2**33 + 1),
+    (40000, 4096, 16, 2**40 + 9),
+    (2000, 16384, 32, 0),
+    (900, 1280, 40, 17),
+]
+
+
+@pytest.mark.parametrize("d, k, nnz, column_offset", TABLE_SHAPES)
+def test_window_tables_equal_the_reference_words_and_rotations(kernel_device, rng, d, k, nnz, column_offset):
+    high, low = torch.randint(0, 2**32, (2,), generator=rng).tolist()
+    seed = high << 32 | low  # any 64-bit seed
+    tables = windowed.window_tables(d, k, *spec.philox_key(seed), nnz, column_offset, kernel_device)
+    groups = tables.group_base + torch.arange(tables.groups, dtype=torch.int64)
+    chunks = tables.group_base * tables.windows + torch.arange(tables.groups * tables.windows, dtype=torch.int64)
+    words = tables.words.cpu().long() & 0xFFFFFFFF  # int32 storage of the uint32 words
+    assert torch.equal(words, reference.chunk_words(chunks, nnz, seed).T)
+    assert torch.equal(tables.rotations.cpu().long(), reference.window_rotations(groups, tables.windows, seed, nnz))
 
 
 def test_two_band_order_table_sorts_groups_by_their_shift(kernel_device):

@@ -63,7 +63,7 @@ def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offse
     groups = _group_of(column_offset + in_features - 1, windows) - group_base + 1
     words = _buffers.empty((groups * windows, nnz), torch.int32, device)
     rotations = _buffers.empty((groups, spec.band_count(nnz)), torch.int32, device)
-    block = 256
+    block, quads = table_tiling(nnz)
     window_table_kernel[(math.ceil(groups * windows / block),)](
         words,
         rotations,
@@ -77,9 +77,16 @@ def _make_window_tables(in_features, out_features, key0, key1, nnz, column_offse
         DOMAIN_WINDOW=spec.DOMAIN_SPARSE_JL_WINDOW,
         DOMAIN_GROUP=spec.DOMAIN_SPARSE_JL_GROUP,
         BLOCK=block,
-        WORDS=1 << (nnz - 1).bit_length(),
+        QUADS=quads,
     )
     return WindowTables(words, rotations, group_base, groups, windows)
+
+
+def table_tiling(nnz: int) -> tuple[int, int]:
+    """(chunks per program, quads) of ``window_table_kernel``: a chunk's ceil(nnz / 4) Philox
+    counters rounded up to a power of two, and 512 counters per program (four per thread)."""
+    quads = 1 << ((nnz + 3) // 4 - 1).bit_length()
+    return max(1, 512 // quads), quads
 
 
 def shift_order(tables: WindowTables) -> tuple[torch.Tensor, torch.Tensor]:
