@@ -16,6 +16,14 @@ tokens with its language-model loss.
     before the gradients, after them and after the projection, with no synchronisation between:
     as in TRAK's loop, the projection's host work then overlaps the gradients still running, and
     any GPU idle time waiting on it still counts).
+(c) **TRAKer end to end.** ``TRAKer.featurize`` as TRAK runs it, on GPT-2 small with a
+    two-class head (``GPT2ForSequenceClassification``, 124M parameters) and TRAK's own
+    ``text_classification`` model output, with ``SJLTProjector``: per step the per-example
+    gradients of the margins (``vmap`` over ``grad``), the projection, the float16 copy of the
+    features to the host, the out-to-loss weights (a batched forward) and TRAK's metadata file. The
+    step is timed whole (synchronised before and after), the projection by CUDA events recorded
+    around ``project`` (its span in the step's GPU timeline); then ``finalize_features`` and
+    ``score`` run once on the featurized examples, so the pipeline is checked end to end.
 (b) **Memory.** ``sjlt.attribution.project_per_example_gradients`` (one group of parameters at a
     time, ``--budget-mib`` of per-example gradients at once) against the naive path (all
     per-example gradients, flattened into (batch, 124M) with ``torch.cat``, then projected): peak
@@ -27,7 +35,8 @@ script prints markdown tables and writes them to ``--out``.
     python benchmarks/bench_attribution.py --out bench_attribution.md            # GPU, ~3 min
     python benchmarks/bench_attribution.py --smoke --out /tmp/attribution.md      # CPU, tiny GPT-2
 
-Needs transformers (and sjlt installed: ``pip install --no-deps --no-build-isolation -e .``).
+Needs transformers (and sjlt installed: ``pip install --no-deps --no-build-isolation -e .``); (c)
+needs traker (``seeded-sjlt[attribution]``).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
@@ -79,7 +89,9 @@ def parse_args(argv=None):
         default=4096,
         help="per-example gradient memory of project_per_example_gradients in (b)",
     )
-    parser.add_argument("--sections", default="featurize,memory", help="tables to make: featurize (a), memory (b)")
+    parser.add_argument(
+        "--sections", default="featurize,memory", help="tables to make: featurize (a), memory (b), trak (c)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
     args = parser.parse_args(argv)
@@ -96,23 +108,41 @@ def parse_args(argv=None):
         parser.error(f"--variants takes {list(VARIANTS)}, got {sorted(unknown)}")
     args.memory_batches = [int(b) for b in args.memory_batches.split(",")]
     args.sections = args.sections.split(",")
-    if not args.sections or set(args.sections) - {"featurize", "memory"}:
-        parser.error(f"--sections takes featurize and/or memory, got {','.join(args.sections)}")
+    if not args.sections or set(args.sections) - set(SECTIONS):
+        parser.error(f"--sections takes {', '.join(SECTIONS)}, got {','.join(args.sections)}")
     return args
 
 
-def build_model(smoke: bool, device: torch.device) -> torch.nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel
+def gpt2_config(smoke: bool, **extra):
+    from transformers import GPT2Config
 
-    config = (
-        GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16, bos_token_id=0, eos_token_id=0)
-        if smoke
-        else GPT2Config()
-    )
+    tiny = dict(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(**(tiny if smoke else {}), **extra)
     # Eager attention: vmap has batching rules for its ops (the fused attention backward has none).
     config._attn_implementation = "eager"
+    return config
+
+
+def build_model(smoke: bool, device: torch.device) -> torch.nn.Module:
+    from transformers import GPT2LMHeadModel
+
     torch.manual_seed(0)
-    return GPT2LMHeadModel(config).to(device).eval()
+    return GPT2LMHeadModel(gpt2_config(smoke)).to(device).eval()
+
+
+class Classifier(torch.nn.Module):
+    """GPT-2 with a two-class head, returning the logits: the model TRAK's ``text_classification``
+    output calls (with input ids, token type ids and an attention mask)."""
+
+    def __init__(self, smoke: bool):
+        from transformers import GPT2ForSequenceClassification
+
+        super().__init__()
+        # Padding id 0, which the examples never hold: the head reads each sequence's last token.
+        self.model = GPT2ForSequenceClassification(gpt2_config(smoke, num_labels=2, pad_token_id=0))
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        return self.model(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask).logits
 
 
 def lm_loss(model, tokens):
@@ -299,6 +329,122 @@ def memory_table(model, args) -> str:
     return "\n".join(lines)
 
 
+class EventTimedProjector(SJLTProjector):
+    """``SJLTProjector`` that records CUDA events around each ``project``, with no synchronisation:
+    the projection's span in the step's GPU timeline."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.spans = []
+
+    def project(self, grads, model_id):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        projected = super().project(grads, model_id)
+        end.record()
+        self.spans.append((start, end))
+        return projected
+
+
+def classification_batch(batch: int, seq: int, vocab_size: int, device: torch.device):
+    """(input ids, token type ids, attention mask, labels) of random sequences, as TRAK's text
+    classification output takes them; ids from 1, since 0 pads."""
+    ids = torch.randint(1, vocab_size, (batch, seq), device=device)
+    return ids, torch.zeros_like(ids), torch.ones_like(ids), torch.randint(0, 2, (batch,), device=device)
+
+
+def trak_table(_model, args) -> str:
+    import logging
+    import tempfile
+
+    from trak import TRAKer
+
+    torch.manual_seed(0)
+    model = Classifier(args.smoke).to(args.device).eval()
+    grad_dim = sum(p.numel() for p in model.parameters())
+    vocab_size = model.model.config.vocab_size
+    lines = [
+        f"(c) TRAKer end to end: `TRAKer.featurize` of {args.seq}-token examples on GPT-2 with a two-class "
+        f"head ({grad_dim:,} parameters), TRAK's `text_classification` output, float16 features, `SJLTProjector`; "
+        "one warm-up step, then the median of the timed ones (each synchronised before and after). Gradients and "
+        "projection: spans in the step's GPU timeline (CUDA events before the step, at the start and the end of "
+        "`project`). Share: projection / featurize step, TRAK's goal under 10%. Then `finalize_features` and one "
+        "`score` of a batch of targets; scores: whether all are finite.",
+        "",
+        "| gradients | batch | k | featurize step ms | gradients ms | projection ms | share | scores |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    timed_steps = args.repeats
+    for label in args.variants:
+        dtype, precision = VARIANTS[label]
+        typed = model.to(dtype)
+        previous = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(precision)
+        try:
+            for batch in args.batches:
+                for k in args.ks:
+                    cuda = args.device.type == "cuda"
+                    projector = (EventTimedProjector if cuda else SJLTProjector)(
+                        grad_dim, k, seed=0, device=args.device
+                    )
+                    steps, gradients, spans = [], [], []
+                    with tempfile.TemporaryDirectory() as save_dir:
+                        traker = TRAKer(
+                            model=typed,
+                            task="text_classification",
+                            train_set_size=batch * (timed_steps + 1),
+                            projector=projector,
+                            save_dir=save_dir,
+                            device=str(args.device),
+                            logging_level=logging.ERROR,
+                        )
+                        traker.load_checkpoint(typed.state_dict(), model_id=0)
+                        for step in range(timed_steps + 1):  # the first is a warm-up
+                            examples = classification_batch(batch, args.seq, vocab_size, args.device)
+                            if cuda:
+                                torch.cuda.synchronize(args.device)
+                                before = torch.cuda.Event(enable_timing=True)
+                                before.record()
+                            started = time.perf_counter()
+                            traker.featurize(batch=examples, num_samples=batch)
+                            if cuda:
+                                torch.cuda.synchronize(args.device)
+                            seconds = time.perf_counter() - started
+                            if step and cuda:
+                                start, end = projector.spans[-1]
+                                steps.append(seconds * 1e3)
+                                gradients.append(before.elapsed_time(start))
+                                spans.append(start.elapsed_time(end))
+                            elif step:
+                                steps.append(seconds * 1e3)
+                        traker.finalize_features()
+                        traker.start_scoring_checkpoint(
+                            exp_name="targets", checkpoint=typed.state_dict(), model_id=0, num_targets=batch
+                        )
+                        targets = classification_batch(batch, args.seq, vocab_size, args.device)
+                        traker.score(batch=targets, num_samples=batch)
+                        scores = np.asarray(traker.finalize_scores(exp_name="targets"), dtype=np.float64)
+                    step_ms = statistics.median(steps)
+                    if spans:
+                        span_ms = statistics.median(spans)
+                        timings = f"{statistics.median(gradients):.1f} | {span_ms:.2f} | {100 * span_ms / step_ms:.1f}%"
+                    else:
+                        timings = "n/a | n/a | n/a"
+                    finite = (
+                        "finite"
+                        if scores.shape == (batch * (timed_steps + 1), batch) and np.isfinite(scores).all()
+                        else "NOT FINITE"
+                    )
+                    lines.append(f"| {label} | {batch} | {k} | {step_ms:.1f} | {timings} | {finite} |")
+        finally:
+            torch.set_float32_matmul_precision(previous)
+    return "\n".join(lines)
+
+
+#: The tables, in the order they are printed.
+SECTIONS = {"featurize": featurize_table, "memory": memory_table, "trak": trak_table}
+
+
 def main(argv=None) -> str:
     args = parse_args(argv)
     model = build_model(args.smoke, args.device)
@@ -310,11 +456,7 @@ def main(argv=None) -> str:
         f"transformers {transformers.__version__}, sjlt {sjlt.__version__}; {date.today()}; "
         f"`python {' '.join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])])}`"
     )
-    tables = [
-        make(model, args)
-        for name, make in (("featurize", featurize_table), ("memory", memory_table))
-        if name in args.sections
-    ]
+    tables = [SECTIONS[name](model, args) for name in SECTIONS if name in args.sections]
     report = "\n\n".join([header, *tables]) + "\n"
     print(report)
     if args.out is not None:

@@ -20,7 +20,9 @@ examples, as mean +- standard deviation over projector seeds.
     python examples/trak_attribution.py                      # the table in benchmarks/RESULTS.md
     python examples/trak_attribution.py --ks 256 --seeds 1   # quick
 
-Needs ``pip install traker`` (``seeded-sjlt[attribution]``). Runs on CPU in a few minutes.
+Needs ``pip install traker`` (``seeded-sjlt[attribution]``). Runs on CPU in a few minutes;
+``--device cuda`` runs TRAKer, both projectors and the exact scores on the GPU (the MLP is trained
+on the CPU either way, so the setups are the same).
 """
 
 from __future__ import annotations
@@ -49,19 +51,24 @@ class Setup:
     def grad_dim(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
 
 def margin(model: torch.nn.Module, example) -> torch.Tensor:
     """TRAK's model output for classification: the correct logit minus the log-sum-exp of the
     others, for one (features, label) example."""
     features, label = example
     logits = model(features[None])[0]
-    correct = torch.arange(logits.shape[-1]) == label
+    correct = torch.arange(logits.shape[-1], device=logits.device) == label
     # vmap-friendly: no indexing by the (batched) label, no boolean masks of dynamic shape
     return torch.where(correct, logits, 0.0).sum() - logits.masked_fill(correct, -math.inf).logsumexp(-1)
 
 
-def build(hidden: tuple[int, ...], train_size: int, test_size: int, data_seed: int, epochs: int) -> Setup:
-    """Digits (standardised), split at random, and an MLP trained on the training split."""
+def build(hidden: tuple[int, ...], train_size: int, test_size: int, data_seed: int, epochs: int, device="cpu") -> Setup:
+    """Digits (standardised), split at random, and an MLP trained on the training split (on the CPU),
+    then moved with the data to ``device``."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -86,7 +93,8 @@ def build(hidden: tuple[int, ...], train_size: int, test_size: int, data_seed: i
             loss = torch.nn.functional.cross_entropy(model(features[train[batch]]), labels[train[batch]])
             loss.backward()
             optimizer.step()
-    return Setup(model.eval(), (features[train], labels[train]), (features[test], labels[test]))
+    splits = [(features[rows].to(device), labels[rows].to(device)) for rows in (train, test)]
+    return Setup(model.eval().to(device), *splits)
 
 
 def out_to_loss(setup: Setup) -> torch.Tensor:
@@ -94,7 +102,7 @@ def out_to_loss(setup: Setup) -> torch.Tensor:
     features, labels = setup.train
     with torch.no_grad():
         probabilities = setup.model(features).softmax(-1)
-    return 1 - probabilities[torch.arange(len(labels)), labels]
+    return 1 - probabilities[torch.arange(len(labels), device=labels.device), labels]
 
 
 def full_gradients(setup: Setup, split) -> torch.Tensor:
@@ -107,8 +115,8 @@ def exact_scores(setup: Setup, ridge: float) -> tuple[np.ndarray, float]:
     train, test = full_gradients(setup, setup.train), full_gradients(setup, setup.test)
     gram = train @ train.T
     lam = ridge * float(gram.diagonal().mean())
-    solved = torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), train @ test.T)
-    return (out_to_loss(setup).double()[:, None] * solved).numpy(), lam
+    solved = torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype, device=gram.device), train @ test.T)
+    return (out_to_loss(setup).double()[:, None] * solved).cpu().numpy(), lam
 
 
 def trak_scores(setup: Setup, projector, lambda_reg: float, batch_size: int = 100) -> np.ndarray:
@@ -124,7 +132,7 @@ def trak_scores(setup: Setup, projector, lambda_reg: float, batch_size: int = 10
             train_set_size=len(train_y),
             projector=projector,
             save_dir=save_dir,
-            device="cpu",
+            device=str(setup.device),
             use_half_precision=False,
             lambda_reg=lambda_reg,
             logging_level=logging.ERROR,
@@ -147,12 +155,12 @@ def mean_spearman(approx: np.ndarray, exact: np.ndarray) -> float:
     return float(np.mean([spearmanr(approx[:, j], exact[:, j]).statistic for j in range(exact.shape[1])]))
 
 
-def make_projector(kind: str, grad_dim: int, k: int, seed: int):
+def make_projector(kind: str, grad_dim: int, k: int, seed: int, device="cpu"):
     if kind == "sjlt":
-        return sjlt.attribution.SJLTProjector(grad_dim, k, seed=seed, device="cpu")
+        return sjlt.attribution.SJLTProjector(grad_dim, k, seed=seed, device=device)
     from trak.projectors import BasicProjector, ProjectionType
 
-    return BasicProjector(grad_dim, k, seed, ProjectionType.rademacher, torch.device("cpu"), dtype=torch.float32)
+    return BasicProjector(grad_dim, k, seed, ProjectionType.rademacher, torch.device(device), dtype=torch.float32)
 
 
 def compare(setup: Setup, ks, seeds, ridge: float, kinds=("dense", "sjlt")) -> dict:
@@ -165,7 +173,10 @@ def compare(setup: Setup, ks, seeds, ridge: float, kinds=("dense", "sjlt")) -> d
         for kind in kinds:
             results[kind, k] = [
                 mean_spearman(
-                    trak_scores(setup, make_projector(kind, setup.grad_dim, k, seed), lam * k / setup.grad_dim), exact
+                    trak_scores(
+                        setup, make_projector(kind, setup.grad_dim, k, seed, setup.device), lam * k / setup.grad_dim
+                    ),
+                    exact,
                 )
                 for seed in seeds
             ]
@@ -190,6 +201,7 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--ridge", type=float, default=0.1, help="lambda / mean diag(G G^T)")
     parser.add_argument("--data-seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="where TRAK, the projectors and the exact scores run")
     return parser.parse_args(argv)
 
 
@@ -197,14 +209,15 @@ def run(argv=None) -> dict:
     args = parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]
     started = time.perf_counter()
-    setup = build(tuple(int(w) for w in args.hidden.split(",")), args.train, args.test, args.data_seed, args.epochs)
+    hidden = tuple(int(w) for w in args.hidden.split(","))
+    setup = build(hidden, args.train, args.test, args.data_seed, args.epochs, args.device)
     with torch.no_grad():
         accuracy = float((setup.model(setup.test[0]).argmax(-1) == setup.test[1]).float().mean())
     results = compare(setup, ks, range(args.seeds), args.ridge)
     print(
         f"digits MLP {args.hidden}: grad_dim {setup.grad_dim:,}, {args.train} train / {args.test} test "
         f"examples (test accuracy {accuracy:.3f}), ridge {args.ridge}, {args.seeds} projector seed(s), "
-        f"CPU, {time.perf_counter() - started:.0f} s"
+        f"{setup.device}, {time.perf_counter() - started:.0f} s"
     )
     print("Spearman correlation with exact TRAK scores, mean over test examples, mean ± sd over seeds:\n")
     print(table(results, ks))

@@ -177,8 +177,9 @@ def sparse_jl_blocks(
     On a GPU the blocks of one dtype whose S has the windowed layout share one table launch and one
     kernel launch (a grouped launch), where a call per block would pay its host-side cost per block.
     The grouped sum rounds differently from the per-block one but is bitwise reproducible. Blocks
-    that need a gradient (with grad mode on), whose last dimension is strided, lone blocks, and
-    other devices take ``sparse_jl`` per block, which is differentiable. A call repeated with
+    whose last dimension is strided, lone blocks, and other devices take ``sparse_jl`` per block.
+    Both are differentiable: a block that needs a gradient gets ``sparse_jl_transpose`` of the
+    result's gradient at its columns. A call repeated with
     blocks of the same shapes, strides, dtypes and devices (at any addresses) reuses the first
     call's checks and launch plan.
     """
@@ -198,9 +199,15 @@ def sparse_jl_blocks(
             _BLOCK_PLANS[key] = plan
     out = torch.zeros(plan.rows, plan.out_features, dtype=torch.float32, device=plan.device)
     key0, key1, nnz, column_offset = plan.settings
-    for indices, grouped in plan.grouped:
-        run = [blocks[index] for index in indices]
-        out += layouts.triton_forward_blocks(run, plan.out_features, key0, key1, nnz, column_offset, grouped)
+    for indices, grouped, differentiable in plan.grouped:
+        if differentiable:  # a block needs a gradient: the launch under autograd
+            firsts = [blocks[index][0] for index in indices]
+            tensors = [blocks[index][1] for index in indices]
+            settings = (key0, key1, nnz, column_offset, backend)
+            out += _sparse_jl_ops.GroupedForward.apply(grouped, plan.out_features, settings, firsts, *tensors)
+        else:
+            run = [blocks[index] for index in indices]
+            out += layouts.triton_forward_blocks(run, plan.out_features, key0, key1, nnz, column_offset, grouped)
     for index in plan.alone:
         first, x = blocks[index]
         flat = x if x.dim() == 2 else x.reshape(plan.rows, -1)
@@ -213,8 +220,8 @@ def sparse_jl_blocks(
 class _BlocksPlan(NamedTuple):
     """How :func:`sparse_jl_blocks` projects blocks of one signature: the result's shape and
     device, the validated settings (key0, key1, nnz, column_offset), the grouped launches (block
-    indices in column order, their ``windowed.GroupedBlocks``) and the blocks projected alone.
-    It holds no tensors."""
+    indices in column order, their ``windowed.GroupedBlocks``, whether a block needs a gradient)
+    and the blocks projected alone. It holds no tensors."""
 
     rows: int
     out_features: int
@@ -255,6 +262,7 @@ def _plan_blocks(blocks: list, out_features, seed, nnz, column_offset, backend) 
     k = spec.check_dimension(out_features, "out_features")
     key0, key1, nnz, column_offset = _settings(seed, nnz, k, column_offset, backend)
     groupable = _groupable(k, nnz, backend)
+    grad_mode = torch.is_grad_enabled()
     grouped, alone, device, rows = {}, [], None, None
     # One pass over the blocks, each tensor attribute read once.
     for index, pair in enumerate(blocks):
@@ -284,7 +292,8 @@ def _plan_blocks(blocks: list, out_features, seed, nnz, column_offset, backend) 
                 alone.append(run[0][2])
             else:
                 plan = layouts.plan_forward_blocks([(first, x) for first, x, _ in run], k, nnz, column_offset)
-                launches.append(([index for _, _, index in run], plan))
+                differentiable = grad_mode and any(x.requires_grad for _, x, _ in run)
+                launches.append(([index for _, _, index in run], plan, differentiable))
     return _BlocksPlan(rows, k, device, (key0, key1, nnz, column_offset), launches, alone)
 
 
@@ -315,11 +324,10 @@ def _groupable(k: int, nnz: int, backend: str):
     is the same for every block is decided once (148 blocks per GPT-2 call)."""
     if not spec.is_windowed(k, nnz) or torch.compiler.is_compiling():
         return lambda x: False
-    grad_mode = torch.is_grad_enabled()
     by_dtype = {}  # the blocks share a device, so the backend's answer depends on the dtype alone
 
     def groupable(x: torch.Tensor) -> bool:
-        if not x.numel() or (grad_mode and x.requires_grad):
+        if not x.numel():
             return False
         if not layouts.joins_grouped_launch(x):  # its columns in runs a launch reads in place
             return False

@@ -91,10 +91,12 @@ def test_dict_of_parameter_gradients_equals_the_flat_tensor(dtype, rng):
         torch.testing.assert_close(from_dict, from_flat, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
 
 
+@pytest.mark.parametrize("requires_grad", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_a_dict_on_the_kernel_path_is_one_grouped_launch(dtype, kernel_device, monkeypatch, rng):
+def test_a_dict_on_the_kernel_path_is_one_grouped_launch(dtype, requires_grad, kernel_device, monkeypatch, rng):
     """On the GPU (here: the kernels in the interpreter) TRAK's dict of per-parameter gradients is
-    projected by one launch over all parameters, at their column offsets."""
+    projected by one launch over all parameters, at their column offsets; also when the gradients
+    require gradients, as TRAK's do (it differentiates with respect to its models' parameters)."""
     from sjlt.ops import layouts
 
     launches = []
@@ -104,13 +106,16 @@ def test_a_dict_on_the_kernel_path_is_one_grouped_launch(dtype, kernel_device, m
     )
     n, k = 5, 256
     shapes = {"embed.weight": (50, 16), "embed.bias": (1,), "fc.weight": (7, 33), "fc.bias": (7,), "head": (3, 100)}
-    grads = {name: torch.randn(n, *shape, generator=rng).to(dtype).to(kernel_device) for name, shape in shapes.items()}
-    flat = torch.cat([g.reshape(n, -1).cpu() for g in grads.values()], 1)
+    grads = {
+        name: torch.randn(n, *shape, generator=rng).to(dtype).to(kernel_device).requires_grad_(requires_grad)
+        for name, shape in shapes.items()
+    }
+    flat = torch.cat([g.detach().reshape(n, -1).cpu() for g in grads.values()], 1)
     projector = A.SJLTProjector(flat.shape[1], k, seed=_seed(rng), device=kernel_device, backend="triton")
     got = projector.project(grads, 2)
     assert launches == [len(grads)]
     want = _expected(flat.double(), k, A.model_seed(projector.seed, 2), scale=math.sqrt(k))
-    _assert_close(got.cpu(), want, dtype)
+    _assert_close(got.detach().cpu(), want, dtype)
 
 
 def test_any_batch_size_including_one_and_zero(rng):
@@ -610,11 +615,12 @@ class _ChangingMatrix(A.SJLTProjector):
         return super().project(grads, self.calls)
 
 
-def test_trak_scores_with_sjlt_are_as_good_as_with_the_dense_projector(trak_example, rng):
+def test_trak_scores_with_sjlt_are_as_good_as_with_the_dense_projector(trak_example, rng, kernel_device):
     # digits, an MLP 64-32-10 (grad_dim 2410), 300 training and 20 test examples, k = 256. Measured
     # over 5 data seeds x 2 projector seeds: Spearman with the exact scores 0.38-0.44, sjlt minus
-    # dense from -0.03 to +0.01.
-    setup = trak_example.build((32,), 300, 20, int(torch.randint(0, 2**31, (), generator=rng)), 20)
+    # dense from -0.03 to +0.01. TRAKer, both projectors and the exact scores run on the kernel device.
+    data_seed = int(torch.randint(0, 2**31, (), generator=rng))
+    setup = trak_example.build((32,), 300, 20, data_seed, 20, kernel_device)
     seeds = torch.randint(0, 2**31, (2,), generator=rng).tolist()
     results = trak_example.compare(setup, [256], seeds, ridge=0.1)
     dense, ours = np.mean(results["dense", 256]), np.mean(results["sjlt", 256])
@@ -639,3 +645,16 @@ def test_the_gpu_benchmark_runs_end_to_end_on_cpu(tmp_path):
     assert out.read_text(encoding="utf-8") == report
     assert "| 16 | " in report and "| 32 | " in report  # (a): one row per k
     assert "| 2 | " in report and "| 3 | " in report and "OOM" not in report  # (b): one row per batch
+
+
+def test_the_gpu_benchmark_runs_traker_end_to_end_on_cpu(tmp_path):
+    pytest.importorskip("transformers", reason="the benchmark's model is transformers' GPT-2")
+    pytest.importorskip("trak", reason="traker is an optional extra (seeded-sjlt[attribution])")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_attribution.py"
+    module_spec = importlib.util.spec_from_file_location("bench_attribution", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    report = module.main(["--smoke", "--sections", "trak", "--variants", "float32,bfloat16"])
+    rows = [line for line in report.splitlines() if line.startswith(("| float32 |", "| bfloat16 |"))]
+    assert len(rows) == 4, report  # (c): per dtype, one row per k
+    assert all(row.endswith("| finite |") for row in rows), report  # features and scores came back finite

@@ -324,13 +324,41 @@ def test_sparse_jl_blocks_plans_each_signature_once(monkeypatch, kernel_device, 
     assert not _tensors_in(list(F._BLOCK_PLANS.values()))
 
 
-def test_sparse_jl_blocks_is_differentiable_where_a_block_needs_a_gradient(kernel_device, rng):
-    blocks = _ragged_blocks(rng, 4, [30, 50], kernel_device)
-    leaf = blocks[1][1].clone().requires_grad_()
-    out = F.sparse_jl_blocks([blocks[0], (30, leaf)], 64, seed=2, backend="triton")
-    (out * torch.arange(64.0, device=kernel_device)).sum().backward()
-    want = F.sparse_jl_transpose(torch.arange(64.0, device=kernel_device).expand(4, 64), 50, seed=2, column_offset=30)
-    assert torch.allclose(leaf.grad, want, atol=1e-5)
+def test_sparse_jl_blocks_is_differentiable_in_its_grouped_launch(monkeypatch, kernel_device, rng):
+    """Blocks that need a gradient join the grouped launch (TRAK's per-example gradients need one:
+    it differentiates with respect to parameters that require gradients); each gets
+    sparse_jl_transpose of the result's gradient at its columns, in its own shape and dtype. A block
+    projected alone is differentiable too."""
+    from sjlt.ops import layouts
+
+    launches = []
+    grouped = layouts.triton_forward_blocks
+    monkeypatch.setattr(
+        layouts, "triton_forward_blocks", lambda blocks, *a: launches.append(len(blocks)) or grouped(blocks, *a)
+    )
+    plain = _ragged_blocks(rng, 4, [30], kernel_device)[0]
+    flat = torch.randn(4, 50, generator=rng).to(kernel_device).requires_grad_()
+    embedding = torch.randn(6, 4, 5, generator=rng).to(kernel_device).requires_grad_()  # batch inside, as vmap's
+    half = torch.randn(4, 3, 8, generator=rng).to(kernel_device).to(torch.bfloat16).requires_grad_()
+    strided = torch.randn(4, 5, 2, generator=rng).to(kernel_device).requires_grad_()  # last dimension strided: alone
+    blocks = [plain, (30, flat), (80, embedding.permute(1, 0, 2)), (110, half), (200, strided.transpose(1, 2))]
+    out = F.sparse_jl_blocks(blocks, 64, seed=2, column_offset=2**33 + 7, backend="triton")
+    assert sorted(launches) == [3]  # float32: plain, flat, embedding; bfloat16 and the strided block alone
+    weights = torch.randn(4, 64, generator=rng).to(kernel_device)
+    (out * weights).sum().backward()
+    views = {
+        30: (flat, lambda g: g),
+        80: (embedding, lambda g: g.permute(1, 0, 2)),
+        200: (strided, lambda g: g.transpose(1, 2)),
+    }
+    for first, (leaf, as_block) in views.items():
+        got = as_block(leaf.grad).reshape(4, -1)
+        want = F.sparse_jl_transpose(weights, got.shape[1], seed=2, column_offset=2**33 + 7 + first, backend="torch")
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-5, atol=1e-5)
+    want = F.sparse_jl_transpose(weights, 24, seed=2, column_offset=2**33 + 7 + 110, backend="torch")
+    assert half.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(half.grad.reshape(4, -1).float().cpu(), want.cpu(), rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize(

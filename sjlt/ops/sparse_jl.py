@@ -1,4 +1,5 @@
-"""``torch.ops.sjlt.sparse_jl`` and ``torch.ops.sjlt.sparse_jl_transpose``: dispatch and autograd.
+"""``torch.ops.sjlt.sparse_jl`` and ``torch.ops.sjlt.sparse_jl_transpose``: dispatch and autograd;
+and the autograd of a grouped launch (:class:`GroupedForward`).
 
 Each op is the other's backward; both regenerate S from (key, nnz, column_offset), so autograd
 saves no tensor at all. Inputs here are already validated 2-D real tensors (see
@@ -12,7 +13,7 @@ import torch
 
 from .. import cpu_engine, spec
 from .._backend import use_triton
-from . import choice, dense
+from . import choice, dense, layouts
 from ._launch import KERNEL_DTYPES
 from ._library import LIBRARY, define, register_autocast_like_linear
 from .layouts import triton_forward, triton_transpose
@@ -88,3 +89,32 @@ torch.library.register_autograd(
 # Like F.linear: under torch.autocast both run in the autocast dtype (float64 excepted).
 register_autocast_like_linear(sparse_jl_op)
 register_autocast_like_linear(sparse_jl_transpose_op)
+
+
+class GroupedForward(torch.autograd.Function):
+    """A grouped launch (``layouts.triton_forward_blocks``: the float32 sum of the blocks'
+    projections) with autograd. Each block that needs a gradient gets the transpose op of the
+    output's gradient at the block's columns, reshaped and cast to the block, S regenerated from the
+    key: nothing is saved but shapes. Gradients of vmap's per-example gradients need this: TRAK
+    differentiates with respect to parameters that require gradients, so its gradients do too."""
+
+    @staticmethod
+    def forward(ctx, grouped, out_features, settings, firsts, *blocks):
+        key0, key1, nnz, column_offset, backend = settings
+        ctx.settings, ctx.firsts = settings, firsts
+        ctx.blocks = [(block.shape, block.dtype) for block in blocks]
+        pairs = list(zip(firsts, blocks))
+        return layouts.triton_forward_blocks(pairs, out_features, key0, key1, nnz, column_offset, grouped)
+
+    @staticmethod
+    def backward(ctx, grad):
+        key0, key1, nnz, column_offset, backend = ctx.settings
+        grads = []
+        for needed, first, (shape, dtype) in zip(ctx.needs_input_grad[4:], ctx.firsts, ctx.blocks):
+            if needed:
+                columns = shape[1:].numel()
+                z = sparse_jl_transpose_op(grad, columns, key0, key1, nnz, column_offset + first, backend)
+                grads.append(z.reshape(shape).to(dtype))
+            else:
+                grads.append(None)
+        return (None, None, None, None, *grads)
