@@ -353,6 +353,24 @@ def classification_batch(batch: int, seq: int, vocab_size: int, device: torch.de
     return ids, torch.zeros_like(ids), torch.ones_like(ids), torch.randint(0, 2, (batch,), device=device)
 
 
+def featurize_step(traker, examples, projector, device: torch.device) -> tuple:
+    """One ``TRAKer.featurize`` of ``examples``: (its ms, synchronised before and after; on CUDA also
+    the ms from the step's start to the projection's and the projection's span)."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        before = torch.cuda.Event(enable_timing=True)
+        before.record()
+    started = time.perf_counter()
+    traker.featurize(batch=examples, num_samples=len(examples[0]))
+    if not cuda:
+        return ((time.perf_counter() - started) * 1e3,)
+    torch.cuda.synchronize(device)
+    step_ms = (time.perf_counter() - started) * 1e3
+    start, end = projector.spans[-1]
+    return step_ms, before.elapsed_time(start), start.elapsed_time(end)
+
+
 def trak_table(_model, args) -> str:
     import logging
     import tempfile
@@ -387,7 +405,7 @@ def trak_table(_model, args) -> str:
                     projector = (EventTimedProjector if cuda else SJLTProjector)(
                         grad_dim, k, seed=0, device=args.device
                     )
-                    steps, gradients, spans = [], [], []
+                    timed = []
                     with tempfile.TemporaryDirectory() as save_dir:
                         traker = TRAKer(
                             model=typed,
@@ -401,22 +419,9 @@ def trak_table(_model, args) -> str:
                         traker.load_checkpoint(typed.state_dict(), model_id=0)
                         for step in range(timed_steps + 1):  # the first is a warm-up
                             examples = classification_batch(batch, args.seq, vocab_size, args.device)
-                            if cuda:
-                                torch.cuda.synchronize(args.device)
-                                before = torch.cuda.Event(enable_timing=True)
-                                before.record()
-                            started = time.perf_counter()
-                            traker.featurize(batch=examples, num_samples=batch)
-                            if cuda:
-                                torch.cuda.synchronize(args.device)
-                            seconds = time.perf_counter() - started
-                            if step and cuda:
-                                start, end = projector.spans[-1]
-                                steps.append(seconds * 1e3)
-                                gradients.append(before.elapsed_time(start))
-                                spans.append(start.elapsed_time(end))
-                            elif step:
-                                steps.append(seconds * 1e3)
+                            timings = featurize_step(traker, examples, projector, args.device)
+                            if step:
+                                timed.append(timings)
                         traker.finalize_features()
                         traker.start_scoring_checkpoint(
                             exp_name="targets", checkpoint=typed.state_dict(), model_id=0, num_targets=batch
@@ -424,12 +429,12 @@ def trak_table(_model, args) -> str:
                         targets = classification_batch(batch, args.seq, vocab_size, args.device)
                         traker.score(batch=targets, num_samples=batch)
                         scores = np.asarray(traker.finalize_scores(exp_name="targets"), dtype=np.float64)
-                    step_ms = statistics.median(steps)
-                    if spans:
-                        span_ms = statistics.median(spans)
-                        timings = f"{statistics.median(gradients):.1f} | {span_ms:.2f} | {100 * span_ms / step_ms:.1f}%"
-                    else:
-                        timings = "n/a | n/a | n/a"
+                    step_ms, *spans = (statistics.median(column) for column in zip(*timed))
+                    timings = (
+                        f"{spans[0]:.1f} | {spans[1]:.2f} | {100 * spans[1] / step_ms:.1f}%"
+                        if spans
+                        else "n/a | n/a | n/a"
+                    )
                     finite = (
                         "finite"
                         if scores.shape == (batch * (timed_steps + 1), batch) and np.isfinite(scores).all()

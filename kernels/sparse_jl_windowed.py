@@ -92,9 +92,9 @@ def window_table_kernel(
     Each (chunk, quad) pair of the program's [BLOCK, QUADS] tile draws one Philox counter, the
     chunk's words in blocks 4 quad .. 4 quad + 3, and holds them side by side, so that a warp writes
     whole rows. With the chunks' words in one [BLOCK, NNZ] tile built from [BLOCK] vectors, the
-    compiler spread each row over four threads and every thread computed the Philox rounds of its
-    row: four times the work in a kernel bound by its instructions (benchmarks/NOTES.md, "The
-    window table")."""
+    compiler spread each row over four threads (eight at nnz 32) and every thread computed the
+    Philox rounds of its row: four times the work in a kernel bound by its instructions
+    (benchmarks/NOTES.md, "The window table")."""
     chunks = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     quad = tl.arange(0, QUADS)[None, :]
     in_table = (chunks < groups * windows)[:, None]
