@@ -362,7 +362,9 @@ def test_forwards_of_few_rows_fold_after_the_lattice_forward(kernel_device, rng,
     the reference (strided x, a column offset past 2**32)."""
     folds = []
     fold_after = windowed._fold_after
-    monkeypatch.setattr(windowed, "_fold_after", lambda y, k, nnz: folds.append(y.shape[1]) or fold_after(y, k, nnz))
+    monkeypatch.setattr(
+        windowed, "_fold_after", lambda y, k, nnz, out: folds.append(y.shape[1]) or fold_after(y, k, nnz, out)
+    )
     nnz = spec.default_nnz(k)
     x = torch.randn(9, 2 * d, generator=rng).to(dtype)[:, ::2]
     offset = 2**32 + 5
@@ -370,6 +372,12 @@ def test_forwards_of_few_rows_fold_after_the_lattice_forward(kernel_device, rng,
     assert folds == ([16 * spec.windows_per_block(k, nnz) * nnz] if after else [])
     want = reference.sparse_jl_forward(x.double(), k, seed=4, nnz=nnz, column_offset=offset)
     assert got.dtype == dtype and _relative_error(got, want) <= TOLERANCE[dtype]
+    # each output rounded once from its float32 sum (Y' is float32), not Y' rounded and then its sum
+    sums = windowed.forward(x.to(kernel_device), k, *_key(4), nnz, offset, out_dtype=F32)
+    if got.device.type == "cpu" and dtype == BF16:  # the interpreter rounds to bfloat16 toward zero
+        torch.testing.assert_close(got.float().cpu(), sums.cpu(), rtol=2**-7, atol=0)
+    else:
+        assert torch.equal(got, sums.to(dtype))
 
 
 def test_folds_after_rule():
@@ -404,7 +412,7 @@ def test_fold_after_sums_each_row_and_its_folded_padded_row(kernel_device, rng, 
     interpreter rounds float32 to bfloat16 toward zero, so there bfloat16 is within one unit."""
     lattice = spec.WINDOW * spec.windows_per_block(k, nnz) * nnz
     y_lattice = torch.randn(19, 2 * lattice, generator=rng).to(dtype)[:, ::2]
-    got = windowed._fold_after(y_lattice.to(kernel_device), k, nnz)
+    got = windowed._fold_after(y_lattice.to(kernel_device), k, nnz, dtype)
     want = _folded_by_gathers(y_lattice, k, nnz)
     assert got.shape == (19, k) and got.dtype == dtype
     if got.device.type == "cpu" and dtype == BF16:
@@ -1242,7 +1250,9 @@ def test_grouped_forward_of_few_rows_folds_after_the_launch(kernel_device, rng, 
     (``_folds_after``), with the reference's result; fewer columns fold in the kernel."""
     folds = []
     fold_after = windowed._fold_after
-    monkeypatch.setattr(windowed, "_fold_after", lambda y, k, nnz: folds.append(y.shape[1]) or fold_after(y, k, nnz))
+    monkeypatch.setattr(
+        windowed, "_fold_after", lambda y, k, nnz, out: folds.append(y.shape[1]) or fold_after(y, k, nnz, out)
+    )
     for widths, after in (((700, 900, 45), True), ((700, 700, 45), False)):
         blocks, full = _blocks_side_by_side(rng, 3, widths, F32, kernel_device)
         assert windowed._folds_after(3, sum(widths) + 3, F32, 100, 2) is after

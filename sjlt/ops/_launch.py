@@ -129,11 +129,11 @@ def padded_row(k: int) -> int:
     return -(-k // 16) * 16
 
 
-def forward_output(n: int, k: int, splits: int, x: torch.Tensor):
-    """(buffer, split stride): Y itself for one split, else float32 partials the caller sums, in
-    rows of ``padded_row(k)`` elements."""
+def forward_output(n: int, k: int, splits: int, x: torch.Tensor, dtype: torch.dtype | None = None):
+    """(buffer, split stride): Y itself (x's dtype, or ``dtype``) for one split, else float32
+    partials the caller sums, in rows of ``padded_row(k)`` elements."""
     if splits == 1:
-        return _buffers.empty((n, k), x.dtype, x.device), 0
+        return _buffers.empty((n, k), dtype or x.dtype, x.device), 0
     out = _buffers.empty((splits, n, padded_row(k)), torch.float32, x.device)[:, :, :k]
     return out, out.stride(0)
 

@@ -350,7 +350,13 @@ def _gluon_importable() -> bool:
 
 
 def _forward_gluon(
-    x: torch.Tensor, tables: WindowTables, out_features: int, nnz: int, column_offset: int, tiling: Tiling
+    x: torch.Tensor,
+    tables: WindowTables,
+    out_features: int,
+    nnz: int,
+    column_offset: int,
+    tiling: Tiling,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """The forward through ``sparse_jl_windowed_gluon_forward_kernel``: the Triton forward's grid,
     splits and output, with 128-row programs (64 below 128 rows), one warpgroup each by default."""
@@ -379,7 +385,7 @@ def _forward_gluon(
         raise ValueError(
             f"Tiling(gluon=True) runs whole warpgroups over 32-row multiples: num_warps={warps} with {block_n} rows"
         )
-    out, stride_split = forward_output(n, out_features, splits, x)
+    out, stride_split = forward_output(n, out_features, splits, x, out_dtype)
     sparse_jl_windowed_gluon_forward_kernel[(tiles, splits)](
         x,
         tables.words,
@@ -408,7 +414,7 @@ def _forward_gluon(
         WARPS=warps,
         num_warps=warps,
     )
-    return sum_splits(out, splits, x.dtype)
+    return sum_splits(out, splits, out_dtype or x.dtype)
 
 
 #: The wgmma's M: a warpgroup's accumulator has at least 64 rows (padding columns are not stored).
@@ -467,22 +473,32 @@ def _grid(
 
 
 def forward(
-    x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, column_offset: int, tiling: Tiling = Tiling()
+    x: torch.Tensor,
+    out_features: int,
+    key0: int,
+    key1: int,
+    nnz: int,
+    column_offset: int,
+    tiling: Tiling = Tiling(),
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Y = x S^T: a program owns window a of one band's blocks for a row tile and multiplies, per
     group, the one chunk that lands there by its signed-permutation tile, several groups per step
     (for half types with short runs on Hopper, in Gluon: :func:`_gluon_forward`); or (one row tile
     of exact float32 or a half type, long runs: :func:`_shuffles`) permutes and adds the chunk's
     columns on the CUDA cores. A last row tile of few rows takes a launch of its own
-    (:func:`_forward_main_rows`)."""
+    (:func:`_forward_main_rows`). Y is x's dtype, or ``out_dtype``."""
     if _folds_after(x.shape[0], x.shape[1], x.dtype, out_features, nnz):
+        # Y' in float32, so that a folded row is rounded once, as the spec says, not twice
         lattice = _lattice_features(out_features, nnz)
-        return _fold_after(forward(x, lattice, key0, key1, nnz, column_offset, tiling), out_features, nnz)
+        y_lattice = forward(x, lattice, key0, key1, nnz, column_offset, tiling, torch.float32)
+        return _fold_after(y_lattice, out_features, nnz, out_dtype or x.dtype)
     tables = window_tables(x.shape[1], out_features, key0, key1, nnz, column_offset, x.device)
     main = _forward_main_rows(x.shape[0])
-    y = _forward(x[:main], tables, out_features, nnz, column_offset, tiling)
+    y = _forward(x[:main], tables, out_features, nnz, column_offset, tiling, out_dtype=out_dtype)
     if main < x.shape[0]:  # the concatenation copies Y once: k / d of the bytes the launches read
-        y = torch.cat((y, _forward(x[main:], tables, out_features, nnz, column_offset, tiling)))
+        rest = _forward(x[main:], tables, out_features, nnz, column_offset, tiling, out_dtype=out_dtype)
+        y = torch.cat((y, rest))
     return y
 
 
@@ -517,15 +533,16 @@ _FOLDS_AFTER_BELOW_NNZ = spec.BAND
 _FOLDS_AFTER_MIN_GROWTH = 12
 
 
-def _fold_after(y_lattice: torch.Tensor, out_features: int, nnz: int) -> torch.Tensor:
-    """Y at k from Y' at the lattice k' = 16 A nnz (the same words and rotations): row r of block t
-    is padded row r of that block, plus padded row r + size_t where that is under 16 A (docs/spec.md
-    2b: padded row u lands on row u mod size_t), in one pass (``fold_rows_kernel``), which CUDA
-    graphs capture; each row takes at most one fold, so the result is deterministic."""
+def _fold_after(y_lattice: torch.Tensor, out_features: int, nnz: int, dtype: torch.dtype) -> torch.Tensor:
+    """Y (``dtype``) at k from Y' at the lattice k' = 16 A nnz (the same words and rotations): row r
+    of block t is padded row r of that block, plus padded row r + size_t where that is under 16 A
+    (docs/spec.md 2b: padded row u lands on row u mod size_t), summed in float32 and rounded once,
+    in one pass (``fold_rows_kernel``), which CUDA graphs capture; each row takes at most one fold,
+    so the result is deterministic."""
     from ..kernels.sparse_jl_windowed import fold_rows_kernel
 
     n = y_lattice.shape[0]
-    out = _buffers.empty((n, out_features), y_lattice.dtype, y_lattice.device)
+    out = _buffers.empty((n, out_features), dtype, y_lattice.device)
     block_m, block_k = 16, 256
     fold_rows_kernel[(math.ceil(n / block_m), math.ceil(out_features / block_k))](
         y_lattice,
@@ -585,7 +602,7 @@ def forward_blocks(
     launched = _lattice_features(out_features, nnz) if folds_after else out_features  # the same A and tables
     tables = window_tables(grouped.end - grouped.first, launched, key0, key1, nnz, grouped.first, x.device)
     y = _forward(x, tables, launched, nnz, column_offset, tiling, (grouped, offsets))
-    return _fold_after(y, out_features, nnz) if folds_after else y
+    return _fold_after(y, out_features, nnz, torch.float32) if folds_after else y  # grouped sums are float32
 
 
 #: Most spans a block may add to a grouped launch (``block_spans``): each costs at least one group
@@ -742,9 +759,10 @@ def _forward(
     column_offset: int,
     tiling: Tiling,
     grouped: tuple[GroupedBlocks, np.ndarray] | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """The forward's launch over x (with ``grouped``, the blocks' plan and their spans' offsets from
-    x: over the blocks, see :func:`forward_blocks`)."""
+    x: over the blocks, see :func:`forward_blocks`); Y in x's dtype or ``out_dtype``."""
     from ..kernels.sparse_jl_windowed import (
         sparse_jl_windowed_forward_kernel,
         sparse_jl_windowed_shuffle_forward_kernel,
@@ -767,7 +785,7 @@ def _forward(
     if plan is None and (
         not fold and _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon
     ):
-        return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling)
+        return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling, out_dtype)
     shuffles = _shuffles(x.dtype, fp32_passes, n, per_split, nnz) if tiling.shuffle is None else tiling.shuffle
     if shuffles and per_sm != _SHUFFLE_PROGRAMS_PER_SM:
         block_m, width, tiles, splits, per_split = _grid(
@@ -808,7 +826,7 @@ def _forward(
                 partial_cost=folded and not one_band_fold,
             )
     if plan is None:
-        out, stride_split = forward_output(n, out_features, splits, x)
+        out, stride_split = forward_output(n, out_features, splits, x, out_dtype)
         segments = _Segments(tables.words, tables.words, 1)  # unread
     else:
         out = _buffers.empty((splits, n, out_features), torch.float32, x.device)
@@ -879,7 +897,7 @@ def _forward(
             num_warps=tiling.num_warps or _num_warps(block_m),
             num_stages=tiling.num_stages or stages,
         )
-    y = sum_splits(out, splits, x.dtype) if plan is None else out.sum(0) if splits > 1 else out[0]
+    y = sum_splits(out, splits, out_dtype or x.dtype) if plan is None else out.sum(0) if splits > 1 else out[0]
     return _add_fold(y, spill, out_features, nnz, fold)
 
 
