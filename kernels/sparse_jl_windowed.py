@@ -58,12 +58,6 @@ def _gf16_times(a, T: tl.constexpr):
 
 
 @triton.jit
-def _gf16_xtime(a):
-    """a * x in GF(16) for a uint32 tensor a < 16: a shift, reduced by x^4 = x + 1."""
-    return ((a << 1) ^ (0 - (a >> 3)) & 0x13) & 15
-
-
-@triton.jit
 def _with_mask(word, mask):
     """W_(c,t) with its low 4 bits replaced by the chunk's XOR mask in block t (docs/spec.md, 2b)."""
     return ((word & 0xFFFFFFF0) | mask).to(tl.int32, bitcast=True)
@@ -107,9 +101,9 @@ def window_table_kernel(
     # a sum over the bits of t mod 16 = 4 (quad mod 4) + j of a_c * x^i (GF(16) adds by XOR).
     first = tl.sum(tl.where(quad == 0, w0, 0), axis=1)[:, None]
     slope = (first >> 4) & 15
-    slope_x1 = _gf16_xtime(slope)
-    slope_x2 = _gf16_xtime(slope_x1)
-    slope_x3 = _gf16_xtime(slope_x2)
+    slope_x1 = _gf16_times(slope, 2)
+    slope_x2 = _gf16_times(slope, 4)
+    slope_x3 = _gf16_times(slope, 8)
     mask = (first & 15) ^ tl.where((quad & 1) != 0, slope_x2, 0) ^ tl.where((quad & 2) != 0, slope_x3, 0)
     # join stacks along a new last axis: join(join(a, c), join(b, d)) is (a, b, c, d) in row-major order
     words = tl.join(
