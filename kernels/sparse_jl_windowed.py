@@ -734,16 +734,30 @@ def _spill_columns(offs_q, window, band, BLOCKS: tl.constexpr):
 
 
 @triton.jit
+def _multiple(value, MULTIPLE: tl.constexpr):
+    """``value``, which MULTIPLE (a power of two up to 16) divides, written so that the compiler
+    knows it: it proves the chunks' alignment from x's start, d, column offset and row stride, so
+    rows whose length is off 16 but a multiple of 4 float32 or 8 half-type elements still move in
+    vectors. Triton marks only arguments that 16 divides (so at 16 the kernels stay as they were:
+    the product alone moved float32 lattice forwards by 0.95-1.46x, benchmarks/NOTES.md "Any d"),
+    and ``tl.multiple_of`` marks the op that defines a value, which a kernel argument has none of;
+    the product below is one."""
+    if MULTIPLE > 1 and MULTIPLE < 16:
+        value = value // MULTIPLE * MULTIPLE
+    return value
+
+
+@triton.jit
 def _segment(segments_ptr, segment, x_ptr, MULTIPLE: tl.constexpr):
     """Segment ``segment`` of a grouped launch (``windowed.forward_blocks``): (its block's x, d,
     column offset, row stride, first group, end group). A row of the int64 segment table holds the
-    block's element offset from ``x_ptr``, then those values; MULTIPLE (1 or 16) divides every
-    offset, d, column offset and row stride of the launch, which keeps the loads vectorised."""
+    block's element offset from ``x_ptr``, then those values; MULTIPLE divides every offset, d,
+    column offset and row stride of the launch (:func:`_multiple`)."""
     row = segments_ptr + segment * 6
-    x = x_ptr + tl.multiple_of(tl.load(row), MULTIPLE)
-    d = tl.multiple_of(tl.load(row + 1), MULTIPLE)
-    column_offset = tl.multiple_of(tl.load(row + 2), MULTIPLE)
-    stride_xm = tl.multiple_of(tl.load(row + 3), MULTIPLE)
+    x = x_ptr + _multiple(tl.load(row), MULTIPLE)
+    d = _multiple(tl.load(row + 1), MULTIPLE)
+    column_offset = _multiple(tl.load(row + 2), MULTIPLE)
+    stride_xm = _multiple(tl.load(row + 3), MULTIPLE)
     return x, d, column_offset, stride_xm, tl.load(row + 4).to(tl.int32), tl.load(row + 5).to(tl.int32)
 
 
@@ -867,7 +881,7 @@ def sparse_jl_windowed_forward_kernel(
     BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
     SEGMENTS: tl.constexpr,
-    SEGMENT_MULTIPLE: tl.constexpr,
+    MULTIPLE: tl.constexpr,
     FP32_PASSES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -887,7 +901,8 @@ def sparse_jl_windowed_forward_kernel(
     ``out`` is Y; otherwise a float32 workspace the caller sums in a fixed order. With SEGMENTS (a
     grouped launch over many blocks, ``windowed.forward_blocks``) split s runs segments
     [split_segments[s], split_segments[s + 1]) of the segment table (``_segment``) in turn instead
-    of its share of one x's groups.
+    of its share of one x's groups. MULTIPLE divides d, the column offset and x's row stride (each
+    segment's, and its offset, with SEGMENTS): :func:`_multiple`.
 
     PROMOTE_EVERY > 0 sums runs of that many steps in a fresh tensor-core accumulator and adds each
     run to the total on the CUDA cores, rounding to nearest. The tensor cores' float32 accumulation
@@ -906,9 +921,7 @@ def sparse_jl_windowed_forward_kernel(
     run = (words_ptr, rotations_ptr, window, windows, band, group_base, offs_m, mask_m, offs_q)
     if SEGMENTS:
         for segment in range(tl.load(split_segments_ptr + pid_s), tl.load(split_segments_ptr + pid_s + 1)):
-            x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(
-                segments_ptr, segment, x_ptr, SEGMENT_MULTIPLE
-            )
+            x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(segments_ptr, segment, x_ptr, MULTIPLE)
             acc = _forward_run(
                 acc,
                 x_seg,
@@ -937,9 +950,9 @@ def sparse_jl_windowed_forward_kernel(
             x_ptr,
             g_begin,
             g_end,
-            d,
-            column_offset,
-            stride_xm,
+            _multiple(d, MULTIPLE),
+            _multiple(column_offset, MULTIPLE),
+            _multiple(stride_xm, MULTIPLE),
             stride_xd,
             *run,
             NNZ,
@@ -1432,7 +1445,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     BANDS: tl.constexpr,
     FOLDS: tl.constexpr,
     SEGMENTS: tl.constexpr,
-    SEGMENT_MULTIPLE: tl.constexpr,
+    MULTIPLE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     SLOTS: tl.constexpr,
 ):
@@ -1464,9 +1477,7 @@ def sparse_jl_windowed_shuffle_forward_kernel(
     run = (words_ptr, rotations_ptr, slots_ptr, window, windows, band, group_base, offs_m, mask_m, lanes, zeros_m)
     if SEGMENTS:
         for segment in range(tl.load(split_segments_ptr + pid_s), tl.load(split_segments_ptr + pid_s + 1)):
-            x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(
-                segments_ptr, segment, x_ptr, SEGMENT_MULTIPLE
-            )
+            x_seg, d_seg, offset_seg, stride_seg, g_begin, g_end = _segment(segments_ptr, segment, x_ptr, MULTIPLE)
             a0, a1, a2, a3, a4, a5, a6, a7, frame = _shuffle_run(
                 a0,
                 a1,
@@ -1494,7 +1505,19 @@ def sparse_jl_windowed_shuffle_forward_kernel(
         g_begin = pid_s * groups_per_split
         g_end = tl.minimum(g_begin + groups_per_split, groups)
         a0, a1, a2, a3, a4, a5, a6, a7, frame = _shuffle_run(
-            *accs, x_ptr, g_begin, g_end, d, column_offset, stride_xm, stride_xd, *run, NNZ, BLOCKS, BANDS, SLOTS
+            *accs,
+            x_ptr,
+            g_begin,
+            g_end,
+            _multiple(d, MULTIPLE),
+            _multiple(column_offset, MULTIPLE),
+            _multiple(stride_xm, MULTIPLE),
+            stride_xd,
+            *run,
+            NNZ,
+            BLOCKS,
+            BANDS,
+            SLOTS,
         )
     # back to the natural frame (slope 0)
     a0, a1, a2, a3, a4, a5, a6, a7 = _reframe_band(a0, a1, a2, a3, a4, a5, a6, a7, frame, band, lanes, zeros_m, BLOCKS)
@@ -1922,6 +1945,7 @@ def sparse_jl_windowed_transpose_kernel(
     PAIRED: tl.constexpr,
     PIPELINED: tl.constexpr,
     PARTIAL_FIRST: tl.constexpr,
+    MULTIPLE: tl.constexpr,
 ):
     """Z = Y S for the chunks that land in window a, GROUPS groups' chunks per dot. Grid:
     (cdiv(n, BLOCK_M) * A, splits); splits own disjoint ranges of groups, so every output column is
@@ -1939,7 +1963,16 @@ def sparse_jl_windowed_transpose_kernel(
     TILE_LEFT computes z^T = tile @ y^T instead: the stacked tile ([16 GROUPS, WIDTH]) is then the
     register operand, whose M = 16 GROUPS fits the tensor cores' 64-row shape at four groups, and
     the loop-invariant y^T the other; otherwise the [BLOCK_M, WIDTH] x [WIDTH, 16 GROUPS] product
-    has an N of 16 per group and a tile to stage through shared memory on every step."""
+    has an N of 16 per group and a tile to stage through shared memory on every step.
+
+    MULTIPLE divides d, the column offset, out_col0, partial_col0 and the row strides of ``out`` and
+    ``partial`` (:func:`_multiple`), so Z's rows store in vectors where those allow."""
+    d = _multiple(d, MULTIPLE)
+    column_offset = _multiple(column_offset, MULTIPLE)
+    out_col0 = _multiple(out_col0, MULTIPLE)
+    partial_col0 = _multiple(partial_col0, MULTIPLE)
+    stride_om = _multiple(stride_om, MULTIPLE)
+    stride_pm = _multiple(stride_pm, MULTIPLE)
     window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
     offs_q = tl.arange(0, WIDTH)
     g_begin = g_first + pid_s * groups_per_split

@@ -14,7 +14,7 @@ that Triton's language does not give (benchmarks/NOTES.md, design 11):
   registers), STAGES steps in flight, into the buffer the wgmma reads as its K-major B operand.
 
 Eligible inputs (``sjlt.ops.windowed._gluon_forward``): float16/bfloat16 on sm_90, rows of unit
-column stride whose starts, row stride and column offset keep every chunk 16-byte aligned, and k on
+column stride whose start, width, row stride and column offset keep every 8 columns 16-byte aligned, and k on
 the lattice (k = 16 A nnz: folded rows take the Triton kernel, which ran them faster). Gluon
 kernels have no interpreter; CI compiles this one for sm_90 (tests/test_kernels_compile.py) and
 the GPU tests compare it with the Triton kernel and the reference.
@@ -30,6 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .sparse_jl_windowed import (
     WINDOW,
     _band_blocks,
+    _multiple,
     _signed_permutation,
     _stacked_columns,
     _step_chunks,
@@ -137,12 +138,17 @@ def sparse_jl_windowed_gluon_forward_kernel(
     GROUPS: gl.constexpr,
     STAGES: gl.constexpr,
     WARPS: gl.constexpr,
+    MULTIPLE: gl.constexpr,
 ):
     """out[split, rows, window a of every block of one band], as the Triton forward writes it (same
     grid, splits and output). BLOCK_N rows (the wgmma's N), split between WARPS // 4 warpgroups
     (one by default: two ran slower, benchmarks/NOTES.md, design 11); WIDTH = 16 * BLOCKS padded to
     a power of two and to at least 64 (the wgmma's M). k is on the lattice (no folded rows), so
-    Y's rows and the partials' are 16-element aligned."""
+    Y's rows and the partials' are 16-element aligned. MULTIPLE divides d, the column offset and
+    x's row stride (``_multiple``): 8 or 16, so that every copy moves 16 bytes."""
+    d = _multiple(d, MULTIPLE)
+    column_offset = _multiple(column_offset, MULTIPLE)
+    stride_xm = _multiple(stride_xm, MULTIPLE)
     DTYPE: gl.constexpr = x_ptr.dtype.element_ty
     STEP_COLUMNS: gl.constexpr = WINDOW * GROUPS
     # WARPS // 4 warpgroups, each with BLOCK_N / (WARPS // 4) of the rows.

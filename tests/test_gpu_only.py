@@ -248,6 +248,8 @@ GLUON_CASES = [
     (64, 2048, 64, 4, 0, 1, 64, 1, 2, torch.float16),  # A = 1, one group per step
     (40, 5008, 768, 24, 2**31 + 16, 1, 64, 4, 3, torch.bfloat16),  # three bands
     (129, 1024, 48, 3, 0, 1, 128, 4, 2, torch.bfloat16),  # nnz 3: WIDTH padded to the wgmma's 64
+    (150, 1000, 1024, 8, 8, 1, 128, 4, 2, torch.bfloat16),  # width and offset 8 past 16: a partial last chunk
+    (77, 4096 + 40, 4096, 16, 2**33 + 24, 3, 64, 4, 2, torch.float16),  # the same with two bands and splits
 ]
 
 
@@ -280,16 +282,18 @@ def test_gluon_forward_reads_a_padded_row_stride():
 
 @GLUON
 def test_gluon_forward_rule_on_the_gpu():
-    """Taken by default for an eligible short-run input; never for float32, misaligned or strided
-    inputs, which keep the Triton kernel (and Tiling(gluon=True) says why it cannot run)."""
+    """Taken by default for an eligible short-run input, including rows on 16 bytes but off 16
+    elements; never for float32, strided inputs or rows off 16 bytes, which keep the Triton kernel
+    (and Tiling(gluon=True) says why it cannot run)."""
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     assert windowed._gluon_forward(x, 0, 16) and windowed._gluon_forward(x, 2**33, 128)
-    assert not windowed._gluon_forward(x, 8, 16)  # chunks would start mid-vector
+    assert windowed._gluon_forward(x, 8, 16) and windowed._gluon_forward(x[:, 8:], 0, 16)  # on 16 bytes
+    assert not windowed._gluon_forward(x, 4, 16)  # copies would start mid-vector
     assert not windowed._gluon_forward(x.float(), 0, 16)
-    assert not windowed._gluon_forward(x[:, 8:], 0, 16)  # unaligned start and width
+    assert not windowed._gluon_forward(x[:, 4:], 0, 16)  # start and width on 8 bytes
     assert not windowed._gluon_forward(x[:, ::2], 0, 16)
-    with pytest.raises(ValueError, match="16-byte aligned"):
-        windowed.forward(x[:, 8:], 4096, 1, 2, 16, 0, Tiling(gluon=True))
+    with pytest.raises(ValueError, match="multiples of 16 bytes"):
+        windowed.forward(x[:, 4:], 4096, 1, 2, 16, 0, Tiling(gluon=True))
     with pytest.raises(ValueError, match="whole warpgroups"):
         windowed.forward(x, 4096, 1, 2, 16, 0, Tiling(gluon=True, num_warps=2))
 

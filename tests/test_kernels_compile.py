@@ -75,15 +75,18 @@ def _transpose_variants(dtype, out_type, common, const, add_partial, paired, tra
                 "PAIRED": paired,
                 "PIPELINED": pipelined,
                 "PARTIAL_FIRST": windowed._partial_first(torch_dtype),
+                "MULTIPLE": 4 if pipelined else 1,
             },
         )
 
 
 def _segments(nnz, block_m):
-    """SEGMENTS and SEGMENT_MULTIPLE of a forward variant: grouped launches (``forward_blocks``)
-    aligned and unaligned in some variants, single launches in the others."""
-    grouped = {(16, 32): 16, (8, 128): 1, (3, 32): 1, (1, 16): 16}.get((nnz, block_m))
-    return {"SEGMENTS": grouped is not None, "SEGMENT_MULTIPLE": grouped or 1}
+    """SEGMENTS and MULTIPLE of a forward variant: grouped launches (``forward_blocks``) in some
+    variants, single launches in the others, each with several of the powers of two that MULTIPLE
+    takes."""
+    grouped = {(16, 32): 16, (8, 128): 1, (3, 32): 4, (1, 16): 16}.get((nnz, block_m))
+    single = {(24, 64): 8, (12, 64): 4, (16, 64): 2}.get((nnz, block_m), 1)
+    return {"SEGMENTS": grouped is not None, "MULTIPLE": grouped or single}
 
 
 def _variants():
@@ -399,13 +402,14 @@ def _gluon_variants():
                     "GROUPS": groups,
                     "STAGES": stages,
                     "WARPS": 4,
+                    "MULTIPLE": 8 if nnz == 8 else 16,  # 8: rows 16-byte aligned but off 16 elements
                 },
             )
 
 
 def compile_gluon(target, first_only=False) -> int:
-    """The Gluon forward, with the 16-divisible arguments the launcher guarantees (its cp.async
-    copies need them proven)."""
+    """The Gluon forward, with the arguments the launcher guarantees divisible by 16 marked so, and
+    d, the column offset and the row stride by MULTIPLE (its cp.async copies need 16 bytes proven)."""
     import triton
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -415,11 +419,8 @@ def compile_gluon(target, first_only=False) -> int:
     variants = list(_gluon_variants())
     for signature, const in variants[:1] if first_only else variants:
         signature = dict(signature, **{c: "constexpr" for c in const})
-        divisible = [
-            i
-            for i, name in enumerate(signature)
-            if name in ("x_ptr", "out_ptr", "d", "column_offset", "stride_xm", "stride_om")
-        ]
+        divided = ("d", "column_offset", "stride_xm") if const["MULTIPLE"] == 16 else ()
+        divisible = [i for i, name in enumerate(signature) if name in ("x_ptr", "out_ptr", "stride_om", *divided)]
         attrs = {(i,): [["tt.divisibility", 16]] for i in divisible}
         try:
             compiled = triton.compile(GluonASTSource(kernel, signature, const, attrs), target=target)

@@ -714,8 +714,19 @@ def test_forward_steps_of_rows_off_16_bytes():
         (torch.zeros(4, 784, dtype=BF16)[:, :768], 5),  # column offset
         (torch.zeros(4, 784, dtype=BF16)[:, 1:], 0),  # start and width
         (torch.zeros(4, 800, dtype=BF16)[:, ::2], 0),  # column stride
+        (torch.zeros(4, 300, dtype=BF16), 0),  # 8 bytes: a multiple of 4 elements, not of 8
+        (torch.zeros(4, 1000, dtype=F32), 2),  # a column offset of 8 bytes
     ]:
         assert not windowed._aligned_chunks(x, offset)
+    # 16 bytes without 16 elements: widths, row strides and offsets of 8 half-type or 4 float32 elements
+    for x, offset, multiple in [
+        (torch.zeros(4, 1000, dtype=BF16), 0, 8),
+        (torch.zeros(4, 1008, dtype=BF16)[:, :1000], 24, 8),
+        (torch.zeros(4, 300, dtype=F32), 4, 4),
+        (torch.zeros(4, 1000, dtype=F32), 8, 8),
+        (torch.zeros(4, 1024, dtype=F32)[:, 4:], 0, 4),
+    ]:
+        assert windowed._aligned_chunks(x, offset) and windowed._row_multiple(x, offset) == multiple
     long = 10**6
     assert windowed._forward_steps(BF16, long, False) == windowed._forward_steps(BF16, 1, False) == (2, 1, 1, True)
     assert windowed._forward_steps(F32, long, False) == (4, 1, 1, False)
@@ -759,6 +770,38 @@ def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pa
     finite = torch.isfinite(want).all(1)
     assert torch.equal(torch.isfinite(got).all(1), finite) and not finite[1] and not finite[2]
     assert _relative_error(got[finite], want[finite]) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16, F32])
+@pytest.mark.parametrize(
+    "n, d, k, row_pad, offset, view_start",
+    [
+        (70, 1000, 512, 8, 24, 8),  # 8 elements past 16 in the width, offset and start: 16-byte vectors
+        (40, 300, 1000, 4, 4, 4),  # 4 past 16: 16-byte vectors in float32, 8-byte in half types; folded k
+        (66, 1000, 2048, 0, 2**33 + 8, 0),  # two bands, an offset above 2^32
+        (65, 600, 4096, 8, 8, 8),  # two bands, several row tiles
+    ],
+)
+def test_rows_off_16_elements_in_vectors(kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start):
+    """Rows whose width, row stride, start and column offset are multiples of 4 or 8 elements but not
+    of 16 move in vectors (the kernels' MULTIPLE, ``windowed._row_multiple``), with a partial last
+    chunk: forward and transpose match the reference, and a NaN in the last column of a row or the
+    first of the next stays in its row."""
+    storage = torch.randn(view_start + n * (d + row_pad) + 8, generator=rng).to(dtype).to(kernel_device)
+    x = storage[view_start : view_start + n * (d + row_pad)].view(n, d + row_pad)[:, :d]
+    x[1, d - 1] = float("nan")
+    x[3, 0] = float("nan")
+    assert windowed._row_multiple(x, offset) in (4, 8)
+    nnz = spec.default_nnz(k)
+    got = layouts.triton_forward(x, k, *_key(11), nnz, offset).double().cpu()
+    want = reference.sparse_jl_forward(x.double().cpu(), k, seed=11, nnz=nnz, column_offset=offset)
+    finite = torch.isfinite(want).all(1)
+    assert torch.equal(torch.isfinite(got).all(1), finite) and finite.sum() == n - 2
+    assert _relative_error(got[finite], want[finite]) <= TOLERANCE[dtype]
+    y = torch.randn(n, k, generator=rng).to(dtype)
+    got_t = layouts.triton_transpose(y.to(kernel_device), d, *_key(11), nnz, offset)
+    want_t = reference.sparse_jl_transpose(y.double(), d, seed=11, nnz=nnz, column_offset=offset)
+    assert _relative_error(got_t, want_t) <= TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("k", [80, 128])  # classic, windowed

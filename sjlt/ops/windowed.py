@@ -323,17 +323,19 @@ def _gluon_supported(x: torch.Tensor, column_offset: int) -> bool:
     )
 
 
+def _row_multiple(x: torch.Tensor, column_offset: int) -> int:
+    """The kernels' MULTIPLE for x: the largest power of two up to 16 that divides its width, row
+    stride and column offset (1 without unit column stride). The compiler proves the chunks'
+    alignment from it (``_multiple`` in the kernels)."""
+    return math.gcd(16, x.shape[1], x.stride(0), column_offset) if x.stride(1) == 1 else 1
+
+
 def _aligned_chunks(x: torch.Tensor, column_offset: int) -> bool:
-    """Whether the compiler can prove every 16-column chunk of x's rows 16-byte aligned: it proves
-    alignment from arguments divisible by 16 (in elements), so x's start, row stride, d and the
-    column offset must be, with unit column stride."""
-    return (
-        x.stride(1) == 1
-        and x.stride(0) % 16 == 0
-        and x.shape[1] % 16 == 0
-        and column_offset % 16 == 0
-        and x.data_ptr() % 16 == 0
-    )
+    """Whether x's chunks load as 16-byte vectors: x starts 16-byte aligned and its width, row stride
+    and column offset keep every row so, whether or not they are multiples of 16 elements (a
+    multiple of 8 half-type or 4 float32 elements is enough: :func:`_row_multiple`). Otherwise the
+    chunks load element by element."""
+    return x.data_ptr() % 16 == 0 and _row_multiple(x, column_offset) * x.element_size() >= 16
 
 
 def _sm90(device: torch.device) -> bool:
@@ -370,7 +372,7 @@ def _forward_gluon(
     if not _gluon_supported(x, column_offset):
         raise ValueError(
             "Tiling(gluon=True) needs a float16/bfloat16 input on an sm_90 GPU with triton's Gluon, "
-            "unit column stride, and its start, row stride, width and column offset 16-byte aligned"
+            "unit column stride, and its start, row stride, width and column offset multiples of 16 bytes"
         )
     n, d = x.shape
     bands = spec.band_count(nnz)
@@ -412,6 +414,7 @@ def _forward_gluon(
         GROUPS=groups_per_step,
         STAGES=stages,
         WARPS=warps,
+        MULTIPLE=_row_multiple(x, column_offset),
         num_warps=warps,
     )
     return sum_splits(out, splits, out_dtype or x.dtype)
@@ -665,7 +668,7 @@ class GroupedBlocks:
         self.spans = np.stack([np.arange(len(widths)), widths, columns, strides, g_begin, g_end], axis=1)
         self.groups = int((g_end - g_begin).sum())
         self.columns = int(widths.sum())
-        self._aligned = not (self.spans[:, 1:4] % spec.WINDOW).any()
+        self._multiple = math.gcd(spec.WINDOW, int(np.gcd.reduce(self.spans[:, 1:4].ravel())))
         self._cuts: dict = {}  # groups per split -> (segment rows with span indices, split starts)
 
     def offsets(self, blocks: list, x: torch.Tensor) -> np.ndarray:
@@ -689,8 +692,8 @@ class GroupedBlocks:
         table = rows.copy()
         table[:, 0] = offsets[rows[:, 0]]
         packed = _upload(np.concatenate([table.ravel(), starts]), device)
-        aligned = self._aligned and not (offsets % spec.WINDOW).any()
-        return _Segments(packed[: table.size].view(-1, 6), packed[table.size :], spec.WINDOW if aligned else 1)
+        multiple = math.gcd(self._multiple, int(np.gcd.reduce(offsets)))
+        return _Segments(packed[: table.size].view(-1, 6), packed[table.size :], multiple)
 
 
 #: Tensor-core forward programs an SM holds at once (float32 and the half types' 128-row programs:
@@ -717,8 +720,8 @@ _GROUPED_PROGRAMS_PER_SM = 64
 
 class _Segments(NamedTuple):
     """A grouped forward's work (``_segment`` in the kernels): the (segments, 6) int64 table, each
-    split's first segment ((splits + 1,) int64) and the largest of 1 and 16 dividing every offset,
-    length, column offset and row stride."""
+    split's first segment ((splits + 1,) int64) and the kernels' MULTIPLE: the largest power of two
+    up to 16 dividing every offset, length, column offset and row stride."""
 
     table: torch.Tensor
     split_starts: torch.Tensor
@@ -862,7 +865,7 @@ def _forward(
         BANDS=bands,
         FOLDS=fold > 0,
         SEGMENTS=plan is not None,
-        SEGMENT_MULTIPLE=segments.multiple,
+        MULTIPLE=segments.multiple if plan is not None else _row_multiple(x, column_offset),
     )
     if shuffles:
         slots = _buffers.empty((tiles * splits * _SHUFFLE_SLOTS,), torch.int32, x.device)
@@ -1117,6 +1120,17 @@ def _transpose_slab(n: int, windows: int, groups: int) -> tuple[int, int]:
     return rows, max(1, min(groups, budget // (group_bytes * rows)))
 
 
+def _z_multiple(in_features: int, column_offset: int, out, out_col0: int, partial, partial_col0: int) -> int:
+    """The transpose kernel's MULTIPLE: the largest power of two up to 16 dividing z's width, the
+    column offset and the row strides and first columns of ``out`` and ``partial``, so that Z's rows
+    store in vectors; for half types only at 16. H200 (benchmarks/NOTES.md, "Any d"): float32 rows
+    off 16 elements took 0.88-0.96x the time of element stores in 16- and 32-byte vectors, half-type
+    ones 0.77-1.76x (65536 x 16376 -> 1024 bfloat16 1.58 -> 2.78 ms), their 32-byte chunks then
+    writing two sectors half each with one store."""
+    multiple = math.gcd(16, in_features, column_offset, out_col0, partial_col0, out.stride(0), partial.stride(0))
+    return multiple if out.element_size() == 4 or multiple == 16 else 1
+
+
 def _transpose_band(
     y,
     out,
@@ -1191,6 +1205,7 @@ def _transpose_band(
         PAIRED=paired,
         PIPELINED=pipelined,
         PARTIAL_FIRST=_partial_first(y.dtype),
+        MULTIPLE=_z_multiple(in_features, column_offset, out, out_col0, partial, partial_col0),
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
