@@ -73,14 +73,38 @@ def _block_of_row(row, k, nnz):
 
 
 @triton.jit
-def split_bf16x3(a):
+def split_bf16x3(a, FP32_PASSES: tl.constexpr):
     """float32 a as hi + mid + lo, three bfloat16 terms that carry all 24 mantissa bits: exact
-    except for values so small that the low terms fall below bfloat16's subnormal range."""
+    except for values so small that the low terms fall below bfloat16's subnormal range.
+
+    With all three passes each term is the top 16 bits of what the terms before it leave: every
+    step is exact (a truncated term leaves at most 16, then 8 significant bits), and takes a mask
+    and a shift where a rounding conversion (F2F) and its widening took the forward's time (H200:
+    30% of the float32 forward's stall samples on one such widening, benchmarks/NOTES.md "Any d").
+    With fewer passes the dropped terms are the error, so hi (and mid) are rounded to nearest,
+    which halves it."""
+    if FP32_PASSES == 3:
+        hi = _top_half(a)
+        rest = a - hi
+        mid = _top_half(rest)
+        return _as_bf16(hi), _as_bf16(mid), _as_bf16(rest - mid)
     hi = a.to(tl.bfloat16)
     rest = a - hi.to(tl.float32)
     mid = rest.to(tl.bfloat16)
     lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
     return hi, mid, lo
+
+
+@triton.jit
+def _top_half(a):
+    """float32 a with its low 16 bits cleared: a bfloat16 value, truncated toward zero."""
+    return (a.to(tl.uint32, bitcast=True) & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _as_bf16(a):
+    """float32 a whose low 16 bits are zero, as the bfloat16 it holds (exact, no rounding)."""
+    return (a.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -94,7 +118,7 @@ def dot_exact(a, b, acc, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr):
     if FP32_PASSES == 0:
         acc = tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc)
     else:
-        hi, mid, lo = split_bf16x3(a)
+        hi, mid, lo = split_bf16x3(a, FP32_PASSES)
         b = b.to(DOT_DTYPE)
         acc = tl.dot(hi.to(DOT_DTYPE), b, acc)
         if FP32_PASSES >= 2:

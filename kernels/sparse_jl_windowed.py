@@ -1539,7 +1539,7 @@ def _split_operand(y, FP32_PASSES: tl.constexpr, DOT_DTYPE: tl.constexpr, TILE_L
     """A loop-invariant y tile as the dot operands of its exact passes (hi, mid, lo; all three the
     same tile for one pass), transposed for TILE_LEFT."""
     if FP32_PASSES > 0:
-        hi, mid, lo = split_bf16x3(y)
+        hi, mid, lo = split_bf16x3(y, FP32_PASSES)
         hi = hi.to(DOT_DTYPE)
         mid = mid.to(DOT_DTYPE)
         lo = lo.to(DOT_DTYPE)
