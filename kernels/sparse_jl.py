@@ -80,7 +80,8 @@ def split_bf16x3(a, FP32_PASSES: tl.constexpr):
     With all three passes each term is the top 16 bits of what the terms before it leave: every
     step is exact (a truncated term leaves at most 16, then 8 significant bits), and takes a mask
     and a shift where a rounding conversion (F2F) and its widening took the forward's time (H200:
-    30% of the float32 forward's stall samples on one such widening, benchmarks/NOTES.md "Any d").
+    30% of the float32 forward's stall samples on one such widening; benchmarks/NOTES.md, design
+    13: float32 forwards 1-32% faster).
     With fewer passes the dropped terms are the error, so hi (and mid) are rounded to nearest,
     which halves it."""
     if FP32_PASSES == 3:

@@ -735,13 +735,12 @@ def _spill_columns(offs_q, window, band, BLOCKS: tl.constexpr):
 
 @triton.jit
 def _multiple(value, MULTIPLE: tl.constexpr):
-    """``value``, which MULTIPLE (a power of two up to 16) divides, written so that the compiler
-    knows it: it proves the chunks' alignment from x's start, d, column offset and row stride, so
-    rows whose length is off 16 but a multiple of 4 float32 or 8 half-type elements still move in
-    vectors. Triton marks only arguments that 16 divides (so at 16 the kernels stay as they were:
-    the product alone moved float32 lattice forwards by 0.95-1.46x, benchmarks/NOTES.md "Any d"),
-    and ``tl.multiple_of`` marks the op that defines a value, which a kernel argument has none of;
-    the product below is one."""
+    """Kernel argument ``value``, which MULTIPLE (a power of two up to 16) divides, written so that
+    the compiler knows it: it proves the chunks' alignment from x's start, d, column offset and row
+    stride, so rows whose length is off 16 but a multiple of 4 float32 or 8 half-type elements still
+    move in vectors. ``tl.multiple_of`` marks the op that defines a value, which an argument has
+    none of (loaded values, as in ``_segment``, take it); the product below is one. Triton marks the
+    arguments that 16 divides itself, so at 16 the kernels stay as they were."""
     if MULTIPLE > 1 and MULTIPLE < 16:
         value = value // MULTIPLE * MULTIPLE
     return value
@@ -751,13 +750,14 @@ def _multiple(value, MULTIPLE: tl.constexpr):
 def _segment(segments_ptr, segment, x_ptr, MULTIPLE: tl.constexpr):
     """Segment ``segment`` of a grouped launch (``windowed.forward_blocks``): (its block's x, d,
     column offset, row stride, first group, end group). A row of the int64 segment table holds the
-    block's element offset from ``x_ptr``, then those values; MULTIPLE divides every offset, d,
-    column offset and row stride of the launch (:func:`_multiple`)."""
+    block's element offset from ``x_ptr``, then those values; MULTIPLE (a power of two up to 16)
+    divides every offset, d, column offset and row stride of the launch, which keeps the loads
+    vectorised."""
     row = segments_ptr + segment * 6
-    x = x_ptr + _multiple(tl.load(row), MULTIPLE)
-    d = _multiple(tl.load(row + 1), MULTIPLE)
-    column_offset = _multiple(tl.load(row + 2), MULTIPLE)
-    stride_xm = _multiple(tl.load(row + 3), MULTIPLE)
+    x = x_ptr + tl.multiple_of(tl.load(row), MULTIPLE)
+    d = tl.multiple_of(tl.load(row + 1), MULTIPLE)
+    column_offset = tl.multiple_of(tl.load(row + 2), MULTIPLE)
+    stride_xm = tl.multiple_of(tl.load(row + 3), MULTIPLE)
     return x, d, column_offset, stride_xm, tl.load(row + 4).to(tl.int32), tl.load(row + 5).to(tl.int32)
 
 
