@@ -4,9 +4,12 @@ per-dtype tolerances, on fresh random inputs of odd shapes, strides, offsets and
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 from tiers import grid
 
 from sjlt import reference, spec
+from sjlt.kernels.sparse_jl import split_bf16x3
 from sjlt.ops import classic, layouts, windowed
 from sjlt.ops._launch import Tiling
 
@@ -770,6 +773,56 @@ def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pa
     finite = torch.isfinite(want).all(1)
     assert torch.equal(torch.isfinite(got).all(1), finite) and not finite[1] and not finite[2]
     assert _relative_error(got[finite], want[finite]) <= TOLERANCE[dtype]
+
+
+def test_transpose_stores_vectors_in_float32_and_half_types_only_on_16_elements():
+    """The transpose's MULTIPLE (``windowed._z_multiple``): every power of two that z's width, offset,
+    row strides and first columns share, for float32; for half types 16 or nothing, since their
+    vector stores on half sectors ran slower than element stores."""
+    for width, offset, multiple_f32, multiple_half in [
+        (1024, 0, 16, 16),
+        (1000, 0, 8, 1),
+        (300, 4, 4, 1),
+        (769, 0, 1, 1),
+    ]:
+        for dtype, want in ((F32, multiple_f32), (BF16, multiple_half), (F16, multiple_half)):
+            z = torch.empty(3, width, dtype=dtype)
+            assert windowed._z_multiple(width, offset, z, 0, z, 0) == want, (width, offset, dtype)
+    z, sums = torch.empty(3, 1024), torch.empty(3, 1000)
+    assert windowed._z_multiple(1024, 0, z, 0, sums, 24) == 8  # the partials' stride and first column count
+
+
+@triton.jit
+def _split_kernel(x_ptr, out_ptr, n, PASSES: tl.constexpr, BLOCK: tl.constexpr):
+    """x's float32 split into its three bfloat16 terms, as float32 rows hi, mid, lo of ``out``."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    hi, mid, lo = split_bf16x3(tl.load(x_ptr + offs, mask=mask, other=0.0), PASSES)
+    tl.store(out_ptr + offs, hi.to(tl.float32), mask=mask)
+    tl.store(out_ptr + n + offs, mid.to(tl.float32), mask=mask)
+    tl.store(out_ptr + 2 * n + offs, lo.to(tl.float32), mask=mask)
+
+
+@pytest.mark.parametrize("passes", [1, 2, 3])
+def test_float32_split_is_exact_and_rounds_only_where_terms_are_dropped(kernel_device, rng, passes):
+    """``split_bf16x3``: hi + mid + lo is x exactly (x well above bfloat16's subnormals), with all
+    three passes by truncation (|hi| <= |x|, no conversion instruction), with fewer by rounding to
+    nearest (hi is x rounded to bfloat16, checked on a GPU: the interpreter's conversion truncates),
+    which halves the error of the dropped terms."""
+    scales = 2.0 ** torch.randint(-60, 60, (2000,), generator=rng)
+    x = torch.randn(2000, generator=rng) * scales
+    x = torch.cat([x, torch.tensor([0.0, -0.0, 1.0, -3.0, 1 + 2**-8, 1 + 2**-9, 1 + 2**-8 + 2**-23, -(2**-100)])])
+    n = x.numel()
+    out = torch.full((3, n), float("nan")).to(kernel_device)
+    _split_kernel[(triton.cdiv(n, 256),)](x.to(kernel_device), out, n, PASSES=passes, BLOCK=256)
+    hi, mid, lo = out.cpu().double()
+    assert torch.equal(hi + mid + lo, x.double())
+    for term in (hi, mid, lo):
+        assert torch.equal(term.float().to(BF16).float().double(), term)  # each term is a bfloat16 value
+    if passes == 3:
+        assert bool((hi.abs() <= x.double().abs()).all())
+    elif kernel_device != "cpu":  # the interpreter's float32 -> bfloat16 conversion truncates
+        assert torch.equal(hi, x.to(BF16).double())
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16, F32])
