@@ -187,14 +187,16 @@ def test_float32_error_at_long_d(n, d, k):
 
 
 @pytest.mark.parametrize("k", [1000, 3000])
-def test_folded_half_type_forward_with_long_runs_matches_reference(monkeypatch, k):
-    """Folded k with at least 128 rows and long runs (256 and 171 groups in one split), one band
-    (k = 1000) and two (3000), in 128-row programs (``windowed._wide_rows``); several row tiles
-    and an aligned column offset. The interpreter's 16-row tiles reach neither."""
+@pytest.mark.parametrize("d", [2**15, 3000])
+def test_folded_half_type_forward_in_wide_programs_matches_reference(monkeypatch, k, d):
+    """Folded k with at least 128 rows, one band (k = 1000) and two (3000), in 128-row programs
+    (``windowed._wide_rows``) with pipelined steps: long runs (d = 2**15: 256 and 171 groups in one
+    split) and short ones (d = 3000: 24 and 16 groups); several row tiles and an aligned column
+    offset. The interpreter's 16-row tiles reach none of them."""
     grids = []
     grid = windowed._grid
     monkeypatch.setattr(windowed, "_grid", lambda *args, **kwargs: grids.append(grid(*args, **kwargs)) or grids[-1])
-    n, d, offset = 300, 2**15, 2**33 + 16
+    n, offset = 300, 2**33 + 16
     nnz = sjlt.spec.default_nnz(k)
     assert sjlt.spec.max_fold(k, nnz) > 0
     x = torch.randn(n, d, device="cuda").to(torch.bfloat16)

@@ -210,7 +210,7 @@ def _variants():
             }
             # steps of short and long runs, for rows on 16 bytes and off them (element loads)
             steps = {
-                windowed._forward_steps(torch_dtypes[dtype], groups, aligned)
+                windowed._forward_steps(torch_dtypes[dtype], groups, aligned, const["FOLDS"], const["BANDS"])
                 for groups in (1, 10**6)
                 for aligned in (True, False)
             }
@@ -233,7 +233,10 @@ def _variants():
                 # 128-row forwards (_wide_rows) of aligned rows: pipelined steps, or any steps where
                 # rows fold
                 for groups, unroll, _, pipelined in sorted(
-                    {windowed._forward_steps(torch_dtypes[dtype], run, True) for run in (1, 10**6)}
+                    {
+                        windowed._forward_steps(torch_dtypes[dtype], run, True, const["FOLDS"], const["BANDS"])
+                        for run in (1, 10**6)
+                    }
                 ):
                     if pipelined or const["FOLDS"]:
                         yield (

@@ -710,7 +710,8 @@ def test_kernels_read_strided_inputs(kernel_device, rng, k):
 def test_forward_steps_of_rows_off_16_bytes():
     """Chunks the compiler cannot prove 16-byte aligned are loaded element by element, with their own
     steps: half types pipelined with two groups per dot, float32 long runs as one unpipelined dot of
-    four groups; float32 short runs and aligned rows keep the aligned steps."""
+    four groups, or with two bands and 256 groups or more pipelined two-group steps; float32 short
+    runs and aligned rows keep the aligned steps."""
     assert windowed._aligned_chunks(torch.zeros(4, 768, dtype=BF16), 0)
     for x, offset in [
         (torch.zeros(4, 769, dtype=BF16), 0),  # width
@@ -733,6 +734,9 @@ def test_forward_steps_of_rows_off_16_bytes():
     long = 10**6
     assert windowed._forward_steps(BF16, long, False) == windowed._forward_steps(BF16, 1, False) == (2, 1, 1, True)
     assert windowed._forward_steps(F32, long, False) == (4, 1, 1, False)
+    assert windowed._forward_steps(F32, 256, False, bands=2) == windowed._forward_steps(F32, long, False, bands=4)
+    assert windowed._forward_steps(F32, 256, False, bands=2) == (2, 1, 1, True)
+    assert windowed._forward_steps(F32, 255, False, bands=2) == (4, 1, 1, False)
     assert windowed._forward_steps(BF16, long, True) == (4, 1, 1, True)
     assert windowed._forward_steps(BF16, 1, True) == (4, 1, 1, False)
     assert windowed._forward_steps(F32, long, True) == (2, 1, 1, True)
@@ -749,6 +753,7 @@ def test_forward_steps_of_rows_off_16_bytes():
         (65, 48, 2048, 0, 0, 2, None),  # aligned widths at a misaligned start; two bands
         (70, 1203, 512, 0, 0, 0, (2, 1)),  # the long runs' steps: two groups pipelined (half types)
         (70, 1203, 512, 0, 0, 0, (4, 1)),  # four groups unpipelined (float32)
+        (70, 1203, 2048, 0, 0, 0, (2, 1)),  # two bands pipelined (float32 from 256 groups)
     ],
 )
 def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start, steps):
@@ -1122,11 +1127,14 @@ def test_bad_byte_budgets_are_clear_errors(monkeypatch, name, value, error):
 
 
 def test_forward_steps_rule():
-    """Half types take four groups per dot, pipelined from 128 groups per program; float32 two
-    unpipelined one-group dots per step below 16 groups, then pipelined two-group steps (the H100
-    sweep in benchmarks/RESULTS.md)."""
+    """Half types take four groups per dot, pipelined from 128 groups per program, or at any run
+    length where rows fold; float32 two unpipelined one-group dots per step below 16 groups, then
+    pipelined two-group steps (the H100 sweep in benchmarks/RESULTS.md; folds: the H200 in
+    benchmarks/NOTES.md)."""
     rule = windowed._forward_steps
     assert rule(torch.bfloat16, 127) == (4, 1, 1, False) and rule(torch.float16, 128) == (4, 1, 1, True)
+    assert rule(torch.bfloat16, 1, folded=True) == rule(torch.float16, 127, folded=True) == (4, 1, 1, True)
+    assert rule(torch.float32, 15, folded=True) == (1, 2, 3, False)
     assert rule(torch.float32, 15) == (1, 2, 3, False) and rule(torch.float32, 16) == (2, 1, 1, True)
 
 

@@ -159,7 +159,9 @@ def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
     return max(16, min(rows, (32 if float32_transpose else 64) * 256 // width))
 
 
-def _forward_steps(dtype: torch.dtype, groups_per_program: int, aligned: bool = True) -> tuple[int, int, int, bool]:
+def _forward_steps(
+    dtype: torch.dtype, groups_per_program: int, aligned: bool = True, folded: bool = False, bands: int = 1
+) -> tuple[int, int, int, bool]:
     """(groups per dot, dots per loop step, pipeline stages, pipelined) of the forward, whose
     programs own at most 8 blocks (one band). H100 sweep (``python benchmarks/sweep_windowed.py
     --pipelined``, benchmarks/RESULTS.md): each step's loads issued a step ahead in registers
@@ -176,20 +178,32 @@ def _forward_steps(dtype: torch.dtype, groups_per_program: int, aligned: bool = 
     for long and short runs alike, run at most 1.43x the kernel on aligned rows (four groups,
     pipelined and 128 rows as for aligned rows: 3.9-4.6x; unpipelined at short runs up to 1.86x;
     the shifted aligned vectors this replaced: 1.9-2.1x); float32 long runs as one unpipelined dot
-    of four groups 1.12-1.42x (its aligned steps 1.32-1.42x)."""
+    of four groups 1.12-1.42x (its aligned steps 1.32-1.42x). On the H200 (benchmarks/NOTES.md, "Any
+    d", 2026-11-28) float32 with two bands (``bands``) and 256 groups per program or more runs them
+    as pipelined two-group steps, 1.03-1.14x faster (4096 x (2**17 - 1) -> 4096 1.23 -> 1.16x the
+    aligned call, 1024 x (2**20 - 1) -> 8192 1.31 -> 1.15x), where one band loses 1.03-1.17x.
+
+    Half-type forwards that fold rows (``folded``: k off the lattice) pipeline at every run length.
+    H200 (benchmarks/NOTES.md, "Any k", item 28), bfloat16, ratio to the lattice k above: 65536 x
+    2**14 -> 1000-8000 1.06-1.23 -> 0.95-1.06, 16384 x 2**15 0.94-1.13 -> 0.89-1.06, 262144 x 4096
+    1.13-1.42 -> 1.09-1.33; unchanged where runs were already long."""
     if dtype != torch.float32:
         if not aligned:
             return 2, 1, 1, True
-        return 4, 1, 1, groups_per_program >= _HALF_PIPELINED_GROUPS
+        return 4, 1, 1, folded or groups_per_program >= _HALF_PIPELINED_GROUPS
     if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
-        return (2, 1, 1, True) if aligned else (4, 1, 1, False)
+        if aligned or (bands >= 2 and groups_per_program >= _FLOAT32_PIPELINED_ELEMENT_GROUPS):
+            return 2, 1, 1, True
+        return 4, 1, 1, False
     return 1, 2, 3, False
 
 
 #: Groups per program from which the half-type forward pipelines its steps.
 _HALF_PIPELINED_GROUPS = 128
-#: Groups per program from which the float32 forward takes pipelined two-group steps.
+#: Groups per program from which the float32 forward takes pipelined two-group steps; with two bands
+#: or more, from which it does so on rows it loads element by element.
 _FLOAT32_PIPELINED_GROUPS = 16
+_FLOAT32_PIPELINED_ELEMENT_GROUPS = 256
 
 
 #: The transpose's step: four groups' chunks per dot, computed as z^T = tile @ y^T so that the
@@ -806,8 +820,8 @@ def _forward(
     if not shuffles:
         # a grouped launch keeps the aligned steps: its misaligned segments were not measured
         aligned = plan is not None or _aligned_chunks(x, column_offset)
-        groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned)
         folded = fold > 0 and plan is None
+        groups_per_dot, unroll, stages, pipelined = _forward_steps(x.dtype, per_split, aligned, folded, bands)
         if not tiling.blocks and aligned and _wide_rows(x.dtype, n, pipelined, folded):
             # Splits: a fold over two bands or more weighs its splits against their partials'
             # cost (its kernel writing partials is slow), one band in waves, the lattice and
