@@ -780,10 +780,11 @@ def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pa
     assert _relative_error(got[finite], want[finite]) <= TOLERANCE[dtype]
 
 
-def test_transpose_stores_vectors_in_float32_and_half_types_only_on_16_elements():
+def test_transpose_stores_vectors_in_float32_and_half_types_with_two_bands_or_short_runs():
     """The transpose's MULTIPLE (``windowed._z_multiple``): every power of two that z's width, offset,
-    row strides and first columns share, for float32; for half types 16 or nothing, since their
-    vector stores on half sectors ran slower than element stores."""
+    row strides and first columns share, for float32; for half types with one band and more than
+    16 groups per program 16 or nothing, since their vector stores on half sectors ran slower than
+    element stores there."""
     for width, offset, multiple_f32, multiple_half in [
         (1024, 0, 16, 16),
         (1000, 0, 8, 1),
@@ -792,9 +793,11 @@ def test_transpose_stores_vectors_in_float32_and_half_types_only_on_16_elements(
     ]:
         for dtype, want in ((F32, multiple_f32), (BF16, multiple_half), (F16, multiple_half)):
             z = torch.empty(3, width, dtype=dtype)
-            assert windowed._z_multiple(width, offset, z, 0, z, 0) == want, (width, offset, dtype)
+            assert windowed._z_multiple(width, offset, z, 0, z, 0, 1, 17) == want, (width, offset, dtype)
+            assert windowed._z_multiple(width, offset, z, 0, z, 0, 2, 17) == multiple_f32, (width, offset, dtype)
+            assert windowed._z_multiple(width, offset, z, 0, z, 0, 1, 16) == multiple_f32, (width, offset, dtype)
     z, sums = torch.empty(3, 1024), torch.empty(3, 1000)
-    assert windowed._z_multiple(1024, 0, z, 0, sums, 24) == 8  # the partials' stride and first column count
+    assert windowed._z_multiple(1024, 0, z, 0, sums, 24, 1, 100) == 8  # the partials' stride and first column count
 
 
 @triton.jit

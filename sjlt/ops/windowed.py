@@ -1134,15 +1134,26 @@ def _transpose_slab(n: int, windows: int, groups: int) -> tuple[int, int]:
     return rows, max(1, min(groups, budget // (group_bytes * rows)))
 
 
-def _z_multiple(in_features: int, column_offset: int, out, out_col0: int, partial, partial_col0: int) -> int:
+def _z_multiple(
+    in_features: int, column_offset: int, out, out_col0: int, partial, partial_col0: int, bands: int, groups: int
+) -> int:
     """The transpose kernel's MULTIPLE: the largest power of two up to 16 dividing z's width, the
     column offset and the row strides and first columns of ``out`` and ``partial``, so that Z's rows
-    store in vectors; for half types only at 16. H200 (benchmarks/NOTES.md, "Any d"): float32 rows
-    off 16 elements took 0.88-0.96x the time of element stores in 16- and 32-byte vectors, half-type
-    ones 0.77-1.76x (65536 x 16376 -> 1024 bfloat16 1.58 -> 2.78 ms), their 32-byte chunks then
-    writing two sectors half each with one store."""
+    store in vectors. Half types below 16 only with two bands or more, or at most 16 groups per
+    program (``groups``); otherwise element stores. H200 (benchmarks/NOTES.md, "Any d"): float32
+    rows off 16 elements took 0.88-0.96x the time of element stores in 16- and 32-byte vectors;
+    half-type ones 0.73-0.91x with two bands or short runs (2**20 x 300 -> 256 1.41 -> 1.09x the
+    aligned call, 2**20 x 1000 -> 1024 1.50 -> 1.06x, 65536 x 5000 -> 4096 1.18 -> 1.06x), but
+    1.17-1.74x with one band and 40-128 groups (65536 x 16376 -> 1024 1.32 -> 2.29x), their 32-byte
+    chunks then writing two sectors half each with one store."""
     multiple = math.gcd(16, in_features, column_offset, out_col0, partial_col0, out.stride(0), partial.stride(0))
-    return multiple if out.element_size() == 4 or multiple == 16 else 1
+    if out.element_size() == 4 or multiple == 16 or bands >= 2 or groups <= _HALF_VECTOR_STORES_MAX_GROUPS:
+        return multiple
+    return 1
+
+
+#: Groups per one-band program up to which a half-type transpose stores rows off 16 elements in vectors.
+_HALF_VECTOR_STORES_MAX_GROUPS = 16
 
 
 def _transpose_band(
@@ -1219,7 +1230,9 @@ def _transpose_band(
         PAIRED=paired,
         PIPELINED=pipelined,
         PARTIAL_FIRST=_partial_first(y.dtype),
-        MULTIPLE=_z_multiple(in_features, column_offset, out, out_col0, partial, partial_col0),
+        MULTIPLE=_z_multiple(
+            in_features, column_offset, out, out_col0, partial, partial_col0, spec.band_count(nnz), per_split
+        ),
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
