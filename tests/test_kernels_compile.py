@@ -208,10 +208,10 @@ def _variants():
                 "stride_ok": I32,
                 "stride_split": I64,
             }
-            # steps of short and long runs, for rows on 16 bytes and off them (element loads)
+            # steps of short, middling and long runs, for rows on 16 bytes and off them (element loads)
             steps = {
                 windowed._forward_steps(torch_dtypes[dtype], groups, aligned, const["FOLDS"], const["BANDS"])
-                for groups in (1, 10**6)
+                for groups in (1, 64, 10**6)
                 for aligned in (True, False)
             }
             tile_signature = forward_signature | {"stride_om_plain": I64}  # the tile forward's own

@@ -709,9 +709,10 @@ def test_kernels_read_strided_inputs(kernel_device, rng, k):
 
 def test_forward_steps_of_rows_off_16_bytes():
     """Chunks the compiler cannot prove 16-byte aligned are loaded element by element, with their own
-    steps: half types pipelined with two groups per dot, float32 long runs as one unpipelined dot of
-    four groups, or with two bands and 256 groups or more pipelined two-group steps; float32 short
-    runs and aligned rows keep the aligned steps."""
+    steps: half types pipelined with two groups per dot (four where rows fold), float32 with one band
+    and up to 128 groups per program as pipelined four-group dots, longer runs unpipelined, with two
+    bands and 256 groups or more as pipelined two-group steps; float32 short runs and aligned rows
+    keep the aligned steps."""
     assert windowed._aligned_chunks(torch.zeros(4, 768, dtype=BF16), 0)
     for x, offset in [
         (torch.zeros(4, 769, dtype=BF16), 0),  # width
@@ -737,6 +738,9 @@ def test_forward_steps_of_rows_off_16_bytes():
     assert windowed._forward_steps(F32, 256, False, bands=2) == windowed._forward_steps(F32, long, False, bands=4)
     assert windowed._forward_steps(F32, 256, False, bands=2) == (2, 1, 1, True)
     assert windowed._forward_steps(F32, 255, False, bands=2) == (4, 1, 1, False)
+    assert windowed._forward_steps(F32, 128, False) == windowed._forward_steps(F32, 16, False) == (4, 1, 1, True)
+    assert windowed._forward_steps(F32, 129, False) == (4, 1, 1, False)
+    assert windowed._forward_steps(BF16, long, False, folded=True) == (4, 1, 1, True)
     assert windowed._forward_steps(BF16, long, True) == (4, 1, 1, True)
     assert windowed._forward_steps(BF16, 1, True) == (4, 1, 1, False)
     assert windowed._forward_steps(F32, long, True) == (2, 1, 1, True)
@@ -754,6 +758,7 @@ def test_forward_steps_of_rows_off_16_bytes():
         (70, 1203, 512, 0, 0, 0, (2, 1)),  # the long runs' steps: two groups pipelined (half types)
         (70, 1203, 512, 0, 0, 0, (4, 1)),  # four groups unpipelined (float32)
         (70, 1203, 2048, 0, 0, 0, (2, 1)),  # two bands pipelined (float32 from 256 groups)
+        (70, 1203, 1000, 0, 0, 0, (4, 1, True)),  # four groups pipelined (float32 short runs; folds)
     ],
 )
 def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start, steps):
@@ -770,7 +775,10 @@ def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pa
         got = layouts.triton_forward(x, k, *_key(7), nnz, offset)
     else:
         tiling = Tiling(
-            splits=2, steps=steps, pipelined=steps == (2, 1), blocks=(16 if kernel_device == "cpu" else 64,)
+            splits=2,
+            steps=steps[:2],
+            pipelined=steps == (2, 1) or steps[2:] == (True,),
+            blocks=(16 if kernel_device == "cpu" else 64,),
         )
         got = windowed.forward(x, k, *_key(7), nnz, offset, tiling)
     got = got.double().cpu()

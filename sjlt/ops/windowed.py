@@ -181,7 +181,10 @@ def _forward_steps(
     of four groups 1.12-1.42x (its aligned steps 1.32-1.42x). On the H200 (benchmarks/NOTES.md, "Any
     d", 2026-11-28) float32 with two bands (``bands``) and 256 groups per program or more runs them
     as pipelined two-group steps, 1.03-1.14x faster (4096 x (2**17 - 1) -> 4096 1.23 -> 1.16x the
-    aligned call, 1024 x (2**20 - 1) -> 8192 1.31 -> 1.15x), where one band loses 1.03-1.17x.
+    aligned call, 1024 x (2**20 - 1) -> 8192 1.31 -> 1.15x), where one band loses 1.03-1.17x; one
+    band with at most 128 groups pipelines its four-group dots, 1.02-1.07x faster (65536 x 16383 ->
+    1024 1.27-1.30 -> 1.21-1.22x), and loses 1.2-1.3x with longer runs. Misaligned half-type rows
+    that fold pipeline four-group dots (65536 x 16383 -> 8000 1.54 -> 1.34x).
 
     Half-type forwards that fold rows (``folded``: k off the lattice) pipeline at every run length.
     H200 (benchmarks/NOTES.md, "Any k", item 28), bfloat16, ratio to the lattice k above: 65536 x
@@ -189,12 +192,12 @@ def _forward_steps(
     1.13-1.42 -> 1.09-1.33; unchanged where runs were already long."""
     if dtype != torch.float32:
         if not aligned:
-            return 2, 1, 1, True
+            return (4, 1, 1, True) if folded else (2, 1, 1, True)
         return 4, 1, 1, folded or groups_per_program >= _HALF_PIPELINED_GROUPS
     if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
         if aligned or (bands >= 2 and groups_per_program >= _FLOAT32_PIPELINED_ELEMENT_GROUPS):
             return 2, 1, 1, True
-        return 4, 1, 1, False
+        return 4, 1, 1, bands == 1 and groups_per_program <= _HALF_PIPELINED_GROUPS
     return 1, 2, 3, False
 
 
