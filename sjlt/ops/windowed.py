@@ -195,18 +195,20 @@ def _forward_steps(
             return (4, 1, 1, True) if folded else (2, 1, 1, True)
         return 4, 1, 1, folded or groups_per_program >= _HALF_PIPELINED_GROUPS
     if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
-        if aligned or (bands >= 2 and groups_per_program >= _FLOAT32_PIPELINED_ELEMENT_GROUPS):
+        if aligned or (bands >= 2 and groups_per_program >= _FLOAT32_ELEMENT_TWO_BAND_MIN_GROUPS):
             return 2, 1, 1, True
-        return 4, 1, 1, bands == 1 and groups_per_program <= _HALF_PIPELINED_GROUPS
+        return 4, 1, 1, bands == 1 and groups_per_program <= _FLOAT32_ELEMENT_ONE_BAND_MAX_GROUPS
     return 1, 2, 3, False
 
 
 #: Groups per program from which the half-type forward pipelines its steps.
 _HALF_PIPELINED_GROUPS = 128
-#: Groups per program from which the float32 forward takes pipelined two-group steps; with two bands
-#: or more, from which it does so on rows it loads element by element.
+#: Groups per program from which the float32 forward takes pipelined two-group steps.
 _FLOAT32_PIPELINED_GROUPS = 16
-_FLOAT32_PIPELINED_ELEMENT_GROUPS = 256
+#: Rows loaded element by element in float32: groups per program from which two bands take pipelined
+#: two-group steps, and up to which one band pipelines its four-group dots.
+_FLOAT32_ELEMENT_TWO_BAND_MIN_GROUPS = 256
+_FLOAT32_ELEMENT_ONE_BAND_MAX_GROUPS = 128
 
 
 #: The transpose's step: four groups' chunks per dot, computed as z^T = tile @ y^T so that the
@@ -1146,7 +1148,7 @@ def _z_multiple(
     program (``groups``); otherwise element stores. H200 (benchmarks/NOTES.md, "Any d"): float32
     rows off 16 elements took 0.88-0.96x the time of element stores in 16- and 32-byte vectors;
     half-type ones 0.73-0.91x with two bands or short runs (2**20 x 300 -> 256 1.41 -> 1.09x the
-    aligned call, 2**20 x 1000 -> 1024 1.50 -> 1.06x, 65536 x 5000 -> 4096 1.18 -> 1.06x), but
+    kernel on aligned rows, 2**20 x 1000 -> 1024 1.50 -> 1.06x, 65536 x 5000 -> 4096 1.18 -> 1.06x), but
     1.17-1.74x with one band and 40-128 groups (65536 x 16376 -> 1024 1.32 -> 2.29x), their 32-byte
     chunks then writing two sectors half each with one store."""
     multiple = math.gcd(16, in_features, column_offset, out_col0, partial_col0, out.stride(0), partial.stride(0))
