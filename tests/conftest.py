@@ -5,6 +5,7 @@ Triton kernels under TRITON_INTERPRET=1 (set here, before anything imports trito
 The same test file therefore covers both, with no second copy of any test.
 """
 
+import contextlib
 import os
 
 import pytest
@@ -12,6 +13,12 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # Triton decorates its own language functions (tl.zeros_like, ...) once, when it is first
+    # imported, as interpreted or compiled by TRITON_INTERPRET then. Imported here, so that a test
+    # that sets TRITON_INTERPRET=0 to check an error cannot be a worker's first import and leave
+    # them compiled for every later test ("Cannot call @triton.jit'd outside of the scope of a kernel").
+    with contextlib.suppress(ImportError):
+        import triton  # noqa: F401
 
 from sjlt import _buffers  # noqa: E402
 

@@ -104,10 +104,17 @@ def test_bad_arguments_get_clear_errors(call, error, match, rng):
         call(torch.randn(3, 8, generator=rng))
 
 
-def test_forcing_triton_on_cpu_without_interpreter_explains_the_fix(monkeypatch, rng):
+def test_forcing_triton_on_cpu_without_interpreter_explains_the_fix(monkeypatch, rng, kernel_device):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         F.sparse_jl(torch.randn(2, 8, generator=rng), 4, seed=0, backend="triton")
+    monkeypatch.undo()
+    if kernel_device == "cpu":
+        # The interpreter still runs the kernels afterwards: had the check above been the first import
+        # of triton (conftest imports it before), triton's own functions would stay compiled.
+        x = torch.randn(4, 64, generator=rng)
+        want = F.sparse_jl(x, 16, seed=0, backend="torch")
+        assert torch.allclose(F.sparse_jl(x, 16, seed=0, backend="triton"), want, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
