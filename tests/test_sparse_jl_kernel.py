@@ -755,9 +755,9 @@ def test_forward_steps_of_rows_off_16_bytes():
         (40, 100, 512, 3, 5, 1, None),  # padded rows, a column offset and a start off 16 bytes
         (66, 161, 1000, 0, 2**33 + 21, 3, None),  # folded k, an offset above 2^32
         (65, 48, 2048, 0, 0, 2, None),  # aligned widths at a misaligned start; two bands
-        (70, 1203, 512, 0, 0, 0, (2, 1)),  # the long runs' steps: two groups pipelined (half types)
-        (70, 1203, 512, 0, 0, 0, (4, 1)),  # four groups unpipelined (float32)
-        (70, 1203, 2048, 0, 0, 0, (2, 1)),  # two bands pipelined (float32 from 256 groups)
+        (70, 1203, 512, 0, 0, 0, (2, 1, True)),  # the long runs' steps: two groups pipelined (half types)
+        (70, 1203, 512, 0, 0, 0, (4, 1, False)),  # four groups unpipelined (float32)
+        (70, 1203, 2048, 0, 0, 0, (2, 1, True)),  # two bands pipelined (float32 from 256 groups)
         (70, 1203, 1000, 0, 0, 0, (4, 1, True)),  # four groups pipelined (float32 short runs; folds)
     ],
 )
@@ -774,11 +774,9 @@ def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pa
     if steps is None:
         got = layouts.triton_forward(x, k, *_key(7), nnz, offset)
     else:
+        groups, dots, pipelined = steps
         tiling = Tiling(
-            splits=2,
-            steps=steps[:2],
-            pipelined=steps == (2, 1) or steps[2:] == (True,),
-            blocks=(16 if kernel_device == "cpu" else 64,),
+            splits=2, steps=(groups, dots), pipelined=pipelined, blocks=(16 if kernel_device == "cpu" else 64,)
         )
         got = windowed.forward(x, k, *_key(7), nnz, offset, tiling)
     got = got.double().cpu()

@@ -183,17 +183,20 @@ def _forward_steps(
     as pipelined two-group steps, 1.03-1.14x faster (4096 x (2**17 - 1) -> 4096 1.23 -> 1.16x the
     aligned call, 1024 x (2**20 - 1) -> 8192 1.31 -> 1.15x), where one band loses 1.03-1.17x; one
     band with at most 128 groups pipelines its four-group dots, 1.02-1.07x faster (65536 x 16383 ->
-    1024 1.27-1.30 -> 1.21-1.22x), and loses 1.2-1.3x with longer runs. Misaligned half-type rows
-    that fold pipeline four-group dots (65536 x 16383 -> 8000 1.54 -> 1.34x).
+    1024 1.27-1.30 -> 1.21-1.22x), and loses 1.2-1.3x with longer runs.
 
-    Half-type forwards that fold rows (``folded``: k off the lattice) pipeline at every run length.
-    H200 (benchmarks/NOTES.md, "Any k", item 28), bfloat16, ratio to the lattice k above: 65536 x
-    2**14 -> 1000-8000 1.06-1.23 -> 0.95-1.06, 16384 x 2**15 0.94-1.13 -> 0.89-1.06, 262144 x 4096
-    1.13-1.42 -> 1.09-1.33; unchanged where runs were already long."""
+    Half-type forwards that fold rows (``folded``: k off the lattice) pipeline four-group dots at
+    every run length, on rows aligned or not. H200 (benchmarks/NOTES.md, "Any k", item 28, and
+    "Any d"), bfloat16, ratio to the lattice k above: 65536 x 2**14 -> 1000-8000 1.06-1.23 ->
+    0.95-1.06, 16384 x 2**15 0.94-1.13 -> 0.89-1.06, 262144 x 4096 1.13-1.42 -> 1.09-1.33, unchanged
+    where runs were already long; misaligned, to the aligned call, 65536 x 16383 -> 1000 1.94 ->
+    1.59."""
     if dtype != torch.float32:
+        if folded:
+            return 4, 1, 1, True
         if not aligned:
-            return (4, 1, 1, True) if folded else (2, 1, 1, True)
-        return 4, 1, 1, folded or groups_per_program >= _HALF_PIPELINED_GROUPS
+            return 2, 1, 1, True
+        return 4, 1, 1, groups_per_program >= _HALF_PIPELINED_GROUPS
     if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
         if aligned or (bands >= 2 and groups_per_program >= _FLOAT32_ELEMENT_TWO_BAND_MIN_GROUPS):
             return 2, 1, 1, True
