@@ -747,19 +747,32 @@ def test_forward_steps_of_rows_off_16_bytes():
     assert windowed._forward_steps(F32, 1, False) == windowed._forward_steps(F32, 1, True)
 
 
-@pytest.mark.parametrize("dtype", [BF16, F16, F32])
+# (n, d, k, row_pad, offset, view_start, steps): steps are (groups, dots, pipelined), None the default
+OFF_16_BYTE_CASES = [
+    (70, 37, 256, 0, 0, 0, None),  # odd rows
+    (40, 100, 512, 3, 5, 1, None),  # padded rows, a column offset and a start off 16 bytes
+    (66, 161, 1000, 0, 2**33 + 21, 3, None),  # folded k, an offset above 2^32
+    (65, 48, 2048, 0, 0, 2, None),  # aligned widths at a misaligned start; two bands
+    (70, 1203, 512, 0, 0, 0, (2, 1, True)),  # the long runs' steps: two groups pipelined (half types)
+    (70, 1203, 512, 0, 0, 0, (4, 1, False)),  # four groups unpipelined (float32)
+]
+# float32's steps for two bands with long runs and one band with short ones (half types reach the
+# latter's steps by default where rows fold: test_off_lattice_k_matches_reference)
+OFF_16_BYTE_FLOAT32_CASES = [
+    (70, 1203, 2048, 0, 0, 0, (2, 1, True)),
+    (70, 1203, 1000, 0, 0, 0, (4, 1, True)),
+]
+
+
 @pytest.mark.parametrize(
-    "n, d, k, row_pad, offset, view_start, steps",
-    [
-        (70, 37, 256, 0, 0, 0, None),  # odd rows
-        (40, 100, 512, 3, 5, 1, None),  # padded rows, a column offset and a start off 16 bytes
-        (66, 161, 1000, 0, 2**33 + 21, 3, None),  # folded k, an offset above 2^32
-        (65, 48, 2048, 0, 0, 2, None),  # aligned widths at a misaligned start; two bands
-        (70, 1203, 512, 0, 0, 0, (2, 1, True)),  # the long runs' steps: two groups pipelined (half types)
-        (70, 1203, 512, 0, 0, 0, (4, 1, False)),  # four groups unpipelined (float32)
-        (70, 1203, 2048, 0, 0, 0, (2, 1, True)),  # two bands pipelined (float32 from 256 groups)
-        (70, 1203, 1000, 0, 0, 0, (4, 1, True)),  # four groups pipelined (float32 short runs; folds)
-    ],
+    *grid(
+        {
+            "n,d,k,row_pad,offset,view_start,steps": OFF_16_BYTE_CASES + OFF_16_BYTE_FLOAT32_CASES,
+            "dtype": [BF16, F16, F32],
+        },
+        fast=[{"n,d,k,row_pad,offset,view_start,steps": case} for case in OFF_16_BYTE_CASES]
+        + [{"n,d,k,row_pad,offset,view_start,steps": case, "dtype": F32} for case in OFF_16_BYTE_FLOAT32_CASES],
+    )
 )
 def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start, steps):
     """Rows whose start, width, stride or column offset is off 16 bytes are loaded element by element
