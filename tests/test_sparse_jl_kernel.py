@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from tiers import grid
+from tiers import SLOW, grid
 
 from sjlt import reference, spec
 from sjlt.kernels.sparse_jl import split_bf16x3
@@ -149,11 +149,17 @@ OFF_LATTICE_TILINGS = {
 @pytest.mark.parametrize(
     *grid(
         {"k,nnz": OFF_LATTICE, "dtype": [F32, BF16], "tiling": list(OFF_LATTICE_TILINGS)},
+        # every k's default in float32 (two bands at 2100, the costliest in the interpreter), and
+        # k = 1000 through each forward kernel once
         fast=[
-            {"dtype": F32, "tiling": "default"},
-            {"k,nnz": (1000, 8)},
-            {"k,nnz": (4000, 16), "tiling": "pipelined"},
-            {"k,nnz": (2100, 15), "dtype": F32, "tiling": "splits"},
+            {"k,nnz": k_nnz, "dtype": F32, "tiling": "default"}
+            for k_nnz in [(17, 1), (100, 6), (130, 5), (200, 7), (777, 12), (2100, 15)]
+        ]
+        + [
+            {"k,nnz": (1000, 8), "dtype": BF16, "tiling": "default"},
+            {"k,nnz": (1000, 8), "dtype": F32, "tiling": "splits"},
+            {"k,nnz": (1000, 8), "dtype": BF16, "tiling": "pipelined"},
+            {"k,nnz": (17, 1), "dtype": F32, "tiling": "shuffle"},
         ],
     )
 )
@@ -180,7 +186,6 @@ def test_off_lattice_k_matches_reference(kernel_device, rng, k, nnz, dtype, tili
         {"dtype": [F32, BF16], "k,nnz,paired": [(512, 8, None), (1024, 16, True), (1024, 16, False)], "groups": [1, 4]},
         fast=[
             {"dtype": F32, "k,nnz,paired": (512, 8, None), "groups": 4},
-            {"dtype": BF16, "k,nnz,paired": (512, 8, None), "groups": 1},
         ],
     )
 )
@@ -222,8 +227,7 @@ def test_windowed_pipelined_steps_match_reference(kernel_device, rng, groups, k,
             "dtype": [F32, BF16, F16],
         },
         fast=[
-            {"n,rows": (5, 16), "k,nnz,splits": (384, 12, 2), "dtype": F32},
-            {"n,rows": (5, 16), "k,nnz,splits": (1024, 16, 3), "dtype": F16},
+            {"n,rows": (5, 16), "k,nnz,splits": (96, 3, 2), "dtype": F16},
             {"n,rows": (21, 32), "k,nnz,splits": (96, 3, 2), "dtype": BF16},
             {"n,rows": (21, 32), "k,nnz,splits": (512, 8, 1), "dtype": F32},
         ],
@@ -245,28 +249,26 @@ def test_windowed_shuffle_forward_matches_reference(kernel_device, rng, k, nnz, 
 @pytest.mark.parametrize(
     *grid(
         {
-            "k,nnz,splits,grouped,dtype": [
-                (288, 9, 1, False, F32),
-                (1024, 16, 2, False, BF16),
-                (1024, 16, 2, True, F32),
-                (96, 3, 3, True, F16),
+            "k,nnz,splits,grouped,dtype,d": [
+                (288, 9, 1, False, F32, 400),
+                (288, 9, 1, False, F32, 1203),
+                (1024, 16, 2, False, BF16, 1203),
+                (1024, 16, 2, True, F32, None),
+                (96, 3, 3, True, F16, None),
             ]
         },
-        fast=[
-            {"k,nnz,splits,grouped,dtype": (288, 9, 1, False, F32)},
-            {"k,nnz,splits,grouped,dtype": (1024, 16, 2, True, F32)},
-        ],
+        fast=[{"k,nnz,splits,grouped,dtype,d": (288, 9, 1, False, F32, 400)}],
     )
 )
 def test_shuffle_forward_sorts_runs_longer_than_its_slots(
-    kernel_device, rng, monkeypatch, k, nnz, splits, grouped, dtype
+    kernel_device, rng, monkeypatch, k, nnz, splits, grouped, dtype, d
 ):
     """The CUDA-core forward visits a program's groups a few slots at a time in order of their slope,
     moving its accumulators between frames (``_shuffle_run``). With 8 slots, runs of 10-38 groups
     take several sorts and many frames: splits that end mid-sort, grouped blocks whose segments
     start mid-sort, two bands, and a band of one block (nnz 9: any frame serves it). The sorts'
-    counts (8 and 6 for nnz 9; 5, 6, 4 and 7 grouped) leave every remainder of the three-slot
-    passes."""
+    counts (8 and 6 for nnz 9 at d = 1203; 5, 6, 4 and 7 grouped) leave every remainder of the
+    three-slot passes; the fast tier's d = 400 makes runs of 13 groups."""
     monkeypatch.setattr(windowed, "_SHUFFLE_SLOTS", 8)
     n, offset, seed = 7, 2**33 + 9, 2**62 + 7
     tiling = Tiling(splits=splits, shuffle=True, blocks=(16,))
@@ -274,7 +276,7 @@ def test_shuffle_forward_sorts_runs_longer_than_its_slots(
         blocks, x = _blocks_side_by_side(rng, n, (300, 517, 386), dtype, kernel_device)
         got = windowed.forward_blocks(blocks, k, *_key(seed), nnz, offset, tiling)
     else:
-        x = torch.randn(n, 1203, generator=rng).to(dtype)
+        x = torch.randn(n, d, generator=rng).to(dtype)
         got = windowed.forward(x.to(kernel_device), k, *_key(seed), nnz, offset, tiling)
     want = reference.sparse_jl_forward(x.double().cpu(), k, seed=seed, nnz=nnz, column_offset=offset)
     assert _relative_error(got, want) <= TOLERANCE[dtype]
@@ -314,7 +316,7 @@ def test_forward_asks_the_wide_rows_rule_about_its_fold(kernel_device, rng, monk
     at 64 rows, so that the interpreter stays quick."""
     asked = []
     monkeypatch.setattr(windowed, "_wide_rows", lambda dtype, n, pipelined, folded=False: asked.append(folded))
-    x = torch.randn(21, 1024, generator=rng).to(BF16).to(kernel_device)
+    x = torch.randn(21, 64, generator=rng).to(BF16).to(kernel_device)
     for k in (1000, 1024, 4000):
         windowed.forward(x, k, *_key(5), spec.default_nnz(k), 0, Tiling(splits=1))
     assert asked == [True, False, True]
@@ -352,11 +354,11 @@ def test_gluon_forward_rule(monkeypatch):
 @pytest.mark.parametrize(
     "k,d,dtype,after",
     [
-        (100, 6144, F32, True),
-        (300, 4032, F32, True),  # d = 12 k' (nnz 7, k' = 336)
+        (100, 2304, F32, True),  # d = 12 k' (nnz 6, k' = 192)
+        pytest.param(300, 4032, F32, True, marks=SLOW),  # d = 12 k' (nnz 7, k' = 336)
         (300, 4031, F32, False),
-        (1000, 12288, BF16, True),
-        (350, 12000, F32, True),
+        pytest.param(1000, 12288, BF16, True, marks=SLOW),
+        pytest.param(350, 12000, F32, True, marks=SLOW),
     ],
 )
 def test_forwards_of_few_rows_fold_after_the_lattice_forward(kernel_device, rng, monkeypatch, k, d, dtype, after):
@@ -429,7 +431,7 @@ def test_folded_forwards_do_not_ask_for_the_gluon_kernel(kernel_device, rng, mon
     Tiling(gluon=True) with folded rows says that the Gluon kernel runs lattice k only."""
     asked = []
     monkeypatch.setattr(windowed, "_gluon_forward", lambda *args: asked.append(args) and False)
-    x = torch.randn(40, 1024, generator=rng).to(BF16).to(kernel_device)
+    x = torch.randn(40, 64, generator=rng).to(BF16).to(kernel_device)
     for k in (1000, 1024, 2500):
         windowed.forward(x, k, *_key(2), spec.default_nnz(k), 0, Tiling(splits=1))
     assert len(asked) == 1
@@ -504,14 +506,15 @@ def test_two_band_order_table_sorts_groups_by_their_shift(kernel_device):
             assert bool(((window[0, columns] + delta) % windows == window[8, columns]).all())
 
 
-# (n, d, groups): 150 x 3001 in the thorough tier, 70 x 150 in the fast one; offset 37, k = 768
-# and nnz 24 make a group 32 columns (2 windows), so 94 or 5 groups hold the input.
+# (n, d, groups): 150 x 1100 in the thorough tier, 70 x 150 in the fast one; offset 37, k = 768
+# and nnz 24 make a group 32 columns (2 windows), so 35 or 5 groups hold the input: slabs of 64
+# rows and of 4 groups divide neither.
 @pytest.mark.parametrize(
     "n,d,groups,budget,slab",
     [
-        pytest.param(150, 3001, 94, 0, (64, 1), marks=pytest.mark.slow),
-        pytest.param(150, 3001, 94, 40_000, (64, 4), marks=pytest.mark.slow),
-        pytest.param(150, 3001, 94, 1 << 30, (150, 94), marks=pytest.mark.slow),
+        pytest.param(150, 1100, 35, 0, (64, 1), marks=SLOW),
+        pytest.param(150, 1100, 35, 40_000, (64, 4), marks=SLOW),
+        pytest.param(150, 1100, 35, 1 << 30, (150, 35), marks=SLOW),
         (70, 150, 5, 0, (64, 1)),
         (70, 150, 5, 40_000, (64, 4)),
         (70, 150, 5, 1 << 30, (70, 5)),
@@ -544,7 +547,6 @@ def test_half_type_transpose_band_sums_fit_the_workspace(kernel_device, rng, mon
         fast=[
             {"k,nnz,steps": (96, 8, None), "dtype": F32},
             {"k,nnz,steps": (512, 8, (1, 2)), "dtype": BF16, "promote_every": 3},
-            {"k,nnz,steps": (4096, 16, (4, 1)), "dtype": F32, "promote_every": 1},
         ],
     )
 )
@@ -629,16 +631,16 @@ def test_transpose_pads_y_rows_off_16_when_z_is_16x_larger(kernel_device, rng, m
     "dtype,k,d,nnz,unfolded,n",
     [
         (BF16, 150, 700, 9, 288, 21),  # two bands, A = 2: every block folds a window
-        (F16, 300, 1300, 16, 512, 21),  # two bands, the last block cut at k
-        (BF16, 300, 1300, 17, 544, 21),  # three bands
+        pytest.param(F16, 300, 1300, 16, 512, 21, marks=SLOW),  # two bands, the last block cut at k
+        pytest.param(BF16, 300, 1300, 17, 544, 21, marks=SLOW),  # three bands
         (BF16, 150, 299, 9, None, 21),  # Z under 2x y's columns
         (F32, 150, 700, 9, 288, 21),  # float32, two bands, y's rows off 16
         (F32, 150, 449, 9, None, 21),  # float32, two bands, Z under 3x y's columns
-        (F32, 150, 2400, 9, None, 40),  # float32, two bands, from 33 rows y padded instead
-        (F32, 150, 2400, 9, 288, 21),  # float32, two bands, few rows: unfolded where y would be padded
-        (F32, 300, 1300, 17, 544, 21),  # float32, three bands, y's rows off 16
-        (F32, 304, 1300, 17, None, 21),  # float32, y's rows on 16
-        (BF16, 288, 1300, 9, None, 21),  # the lattice
+        pytest.param(F32, 150, 2400, 9, None, 40, marks=SLOW),  # float32, from 33 rows y padded instead
+        pytest.param(F32, 150, 2400, 9, 288, 21, marks=SLOW),  # float32, few rows: unfolded, not padded
+        pytest.param(F32, 300, 1300, 17, 544, 21, marks=SLOW),  # float32, three bands, y's rows off 16
+        pytest.param(F32, 304, 1300, 17, None, 21, marks=SLOW),  # float32, y's rows on 16
+        pytest.param(BF16, 288, 1300, 9, None, 21, marks=SLOW),  # the lattice
     ],
 )
 def test_transpose_unfolds_folded_y_for_the_lattice_kernel(
@@ -672,8 +674,13 @@ def test_row_split_rules():
     assert {n: windowed._transpose_main_rows(n) for n in transpose_rows} == transpose_rows
 
 
-@pytest.mark.parametrize("op,n,main", [("forward", 257, 256), ("forward", 271, 256), ("transpose", 527, 512)])
-@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize(
+    *grid(
+        {"op,n,main": [("forward", 257, 256), ("forward", 271, 256), ("transpose", 527, 512)], "dtype": [F32, BF16]},
+        fast=[{"op,n,main": ("forward", 257, 256)}, {"op,n,main": ("forward", 271, 256), "dtype": BF16}]
+        + [{"op,n,main": ("transpose", 527, 512), "dtype": F32}],
+    )
+)
 def test_rows_split_off_a_multiple_of_16_match_reference(kernel_device, rng, monkeypatch, op, n, main, dtype):
     """A call whose rows split (the rules above) runs one launch on the first rows and one on the
     rest, and matches the reference: a strided input, a column offset past 2**32, k off the lattice."""
@@ -753,14 +760,14 @@ OFF_16_BYTE_CASES = [
     (40, 100, 512, 3, 5, 1, None),  # padded rows, a column offset and a start off 16 bytes
     (66, 161, 1000, 0, 2**33 + 21, 3, None),  # folded k, an offset above 2^32
     (65, 48, 2048, 0, 0, 2, None),  # aligned widths at a misaligned start; two bands
-    (70, 1203, 512, 0, 0, 0, (2, 1, True)),  # the long runs' steps: two groups pipelined (half types)
-    (70, 1203, 512, 0, 0, 0, (4, 1, False)),  # four groups unpipelined (float32)
+    (21, 1203, 512, 0, 0, 0, (2, 1, True)),  # the long runs' steps: two groups pipelined (half types)
+    (21, 1203, 512, 0, 0, 0, (4, 1, False)),  # four groups unpipelined (float32)
 ]
 # float32's steps for two bands with long runs and one band with short ones (half types reach the
 # latter's steps by default where rows fold: test_off_lattice_k_matches_reference)
 OFF_16_BYTE_FLOAT32_CASES = [
-    (70, 1203, 2048, 0, 0, 0, (2, 1, True)),
-    (70, 1203, 1000, 0, 0, 0, (4, 1, True)),
+    (21, 1203, 2048, 0, 0, 0, (2, 1, True)),
+    (21, 1203, 1000, 0, 0, 0, (4, 1, True)),
 ]
 
 
@@ -852,17 +859,23 @@ def test_float32_split_is_exact_and_rounds_only_where_terms_are_dropped(kernel_d
         assert torch.equal(hi, x.to(BF16).double())
 
 
-@pytest.mark.parametrize("dtype", [BF16, F16, F32])
+# (n, d, k, row_pad, offset, view_start)
+VECTOR_ROW_CASES = [
+    (70, 1000, 512, 8, 24, 8),  # 8 elements past 16 in the width, offset and start: 16-byte vectors
+    (40, 300, 1000, 4, 4, 4),  # 4 past 16: 16-byte vectors in float32, 8-byte in half types; folded k
+    (21, 200, 2048, 8, 2**33 + 8, 8),  # two bands, an offset above 2^32
+    (66, 1000, 2048, 0, 2**33 + 8, 0),  # two bands, longer runs
+    (65, 600, 4096, 8, 8, 8),  # two bands, several row tiles
+]
+
+
 @pytest.mark.parametrize(
-    "n, d, k, row_pad, offset, view_start",
-    [
-        (70, 1000, 512, 8, 24, 8),  # 8 elements past 16 in the width, offset and start: 16-byte vectors
-        (40, 300, 1000, 4, 4, 4),  # 4 past 16: 16-byte vectors in float32, 8-byte in half types; folded k
-        (66, 1000, 2048, 0, 2**33 + 8, 0),  # two bands, an offset above 2^32
-        (65, 600, 4096, 8, 8, 8),  # two bands, several row tiles
-    ],
+    *grid(
+        {"n,d,k,row_pad,offset,view_start": VECTOR_ROW_CASES, "dtype": [BF16, F16, F32]},
+        fast=[{"n,d,k,row_pad,offset,view_start": case} for case in VECTOR_ROW_CASES[1:3]],
+    )
 )
-def test_rows_off_16_elements_in_vectors(kernel_device, rng, dtype, n, d, k, row_pad, offset, view_start):
+def test_rows_off_16_elements_in_vectors(kernel_device, rng, n, d, k, row_pad, offset, view_start, dtype):
     """Rows whose width, row stride, start and column offset are multiples of 4 or 8 elements but not
     of 16 move in vectors (the kernels' MULTIPLE, ``windowed._row_multiple``), with a partial last
     chunk: forward and transpose match the reference, and a NaN in the last column of a row or the
@@ -1357,7 +1370,8 @@ def _blocks_side_by_side(rng, n, widths, dtype, device, aligned=False):
                 (F16, False, 2),
             ],
         },
-        fast=[{"dtype,shuffle,splits": (F32, True, 4)}, {"dtype,shuffle,splits": (BF16, False, 3)}],
+        fast=[{"dtype,shuffle,splits": (BF16, False, 3)}]
+        + [{"dtype,shuffle,splits": (F32, True, 4), "n,k,nnz,widths,offset,seed": BLOCK_SHAPES[i]} for i in (0, 1, 5)],
     )
 )
 def test_grouped_forward_matches_reference(kernel_device, rng, dtype, shuffle, splits, n, k, nnz, widths, offset, seed):
@@ -1389,7 +1403,7 @@ def test_grouped_forward_of_few_rows_folds_after_the_launch(kernel_device, rng, 
         folds.clear()
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("shuffle", [False, pytest.param(True, marks=SLOW)])
 def test_grouped_forward_of_aligned_blocks(kernel_device, rng, shuffle):
     """Blocks whose offsets, widths, column offsets and row strides are multiples of 16 take the
     variant that tells the compiler so, with the same result."""
