@@ -149,8 +149,9 @@ OFF_LATTICE_TILINGS = {
 @pytest.mark.parametrize(
     *grid(
         {"k,nnz": OFF_LATTICE, "dtype": [F32, BF16], "tiling": list(OFF_LATTICE_TILINGS)},
-        # every k's default in float32 (two bands at 2100, the costliest in the interpreter), and
-        # k = 1000 through each forward kernel once
+        # the float32 default at each k but 1000 and 4000 (two bands at 2100, the cheaper two-band k
+        # in the interpreter), and k = 1000 through the tile, split and pipelined kernels; the
+        # CUDA-core kernel at k = 17, its cheapest fold
         fast=[
             {"k,nnz": k_nnz, "dtype": F32, "tiling": "default"}
             for k_nnz in [(17, 1), (100, 6), (130, 5), (200, 7), (777, 12), (2100, 15)]
