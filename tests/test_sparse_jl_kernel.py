@@ -1186,7 +1186,7 @@ def test_unfolds_y_rule():
     with two bands or more where Z has 2x y's columns, with one band where it has 8x and y at least
     4096 rows. float32 with y's row stride off 16: with two bands where Z has 3x y's columns but
     under the 16x from which y is padded instead (at any growth with up to 32 rows), with more
-    where Z has 2x."""
+    where Z has at least y's columns."""
     rule = windowed._unfolds_y
     y16, y32 = torch.empty(4, 2500, dtype=torch.bfloat16), torch.empty(4, 2500)
     assert rule(y16, 5000, 2, 16) and rule(y16.half(), 5000, 2, 16) and rule(y16, 5000, 4, 32)
@@ -1205,8 +1205,8 @@ def test_unfolds_y_rule():
     assert not rule(rows(65536, 2500, stride=2512), 16384, 2, 16)  # rows on 16
     assert not rule(rows(65536, 6000), 16384, 2, 16)  # k on 16
     assert not rule(rows(65536, 1000), 16384, 1, 8)  # one band
-    assert rule(rows(4, 10443), 20886, 4, 32) and rule(rows(1024, 13836), 2**20, 4, 31)
-    assert not rule(rows(4, 10443), 20885, 4, 32)
+    assert rule(rows(4, 10443), 10443, 4, 32) and rule(rows(65536, 9268), 16384, 4, 31)
+    assert not rule(rows(4, 10443), 10442, 4, 32) and not rule(rows(262144, 9268), 4096, 4, 31)
 
 
 def test_pads_y_rule():

@@ -1022,8 +1022,8 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
       8x them and at least 4096 rows: there the kernel's fold cost more than the copy;
     - a float32 y whose row stride is off 16 (k off 16: the kernel then loads y element by
       element), with two bands where Z has 3x y's columns but, from 33 rows, under the 16x from
-      which y is padded instead (:func:`_pads_y`), or with three bands or more where Z has 2x y's
-      columns: there the copy into aligned rows pays for itself.
+      which y is padded instead (:func:`_pads_y`), or with three bands or more where Z has at
+      least y's columns: there the copy into aligned rows pays for itself.
 
     H100 (benchmarks/NOTES.md, "Any k", items 16, 23 and 25), unfolded / folded time with the copy.
     bfloat16: two bands, 4096 x 2**17 k = 2500-7000 0.69-0.79, 65536 x 2**14 k = 2100-3500
@@ -1038,10 +1038,11 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     1.12x / 1.13x), one band (k = 1000 / 1500: 1.03x / 1.05x), two bands with y padded (8192 x
     2**16 k = 2500 / 3000, 4096 x 2**17, 1024 x 2**20: 1.10-1.27x, the padded folding kernel
     beating the lattice one) or Z under 3x y's columns (65536 x 2**14 k = 7774: 1.07x; 262144 x
-    4096: 1.08-1.43x), four bands with Z under 2x (65536 x 2**14 k = 10443-15629 with 32 blocks
-    1.01-1.04x, though 0.92-0.95x with 31; 262144 x 4096 1.17x). float32 with y padded, two bands,
-    k = 2500-7000 (NOTES.md, "Any k", item 27): 16 and 32 x 2**24 unfolded 0.98-1.03x the lattice k
-    above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded 0.80-0.85x."""
+    4096: 1.08-1.43x), four bands with Z under y's columns (262144 x 4096 1.17x). float32 with y
+    padded, two bands, k = 2500-7000 (NOTES.md, "Any k", item 27): 16 and 32 x 2**24 unfolded
+    0.98-1.03x the lattice k above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded
+    0.80-0.85x. H200 (NOTES.md, "Any k", item 29): four bands with Z 1.05-1.77x y's columns,
+    65536 x 2**14 k = 9268-15629, 0.86-0.98 (the H100 had measured 0.92-1.04 there)."""
     if _fold(y.shape[1], nnz) == 0:
         return False
     n, k = y.shape
@@ -1051,14 +1052,14 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
         if bands == 2:
             few_rows = n <= _UNFOLDED_FLOAT32_MAX_PADDED_ROWS
             return k * _UNFOLDED_FLOAT32_MIN_GROWTH <= in_features and (few_rows or not _pads_y(y, in_features, bands))
-        return k * _UNFOLDED_Y_MIN_GROWTH <= in_features
+        return k <= in_features
     if bands == 1:
         return k * _UNFOLDED_ONE_BAND_MIN_GROWTH <= in_features and n >= _UNFOLDED_ONE_BAND_MIN_ROWS
     return k * _UNFOLDED_Y_MIN_GROWTH <= in_features
 
 
-#: How many times y's columns Z must have for a transpose to unfold y (:func:`_unfolds_y`), with
-#: two bands or more and with one band; and the rows a one-band transpose needs to.
+#: How many times y's columns Z must have for a half-type transpose to unfold y (:func:`_unfolds_y`),
+#: with two bands or more and with one band; and the rows a one-band transpose needs to.
 _UNFOLDED_Y_MIN_GROWTH = 2
 _UNFOLDED_ONE_BAND_MIN_GROWTH = 8
 _UNFOLDED_ONE_BAND_MIN_ROWS = 4096
