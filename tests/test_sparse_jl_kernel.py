@@ -1181,6 +1181,35 @@ def test_partial_first_rule():
     assert not windowed._partial_first(torch.bfloat16) and not windowed._partial_first(torch.float16)
 
 
+@pytest.mark.parametrize(*grid({"dtype": [F32, BF16]}, fast=[{"dtype": BF16}]))
+def test_transposes_of_shared_sectors_cut_long_runs(kernel_device, rng, dtype):
+    """A one-band transpose whose rows of Z are off 16 bytes cuts runs of over 64 groups into runs
+    of 16 (``_cuts_shared_sector_runs``): the same bits as the uncut launch, and the reference's
+    values. k = 512 (nnz 8) has 4 windows, so d = 4417 makes 70 groups per program; odd offset."""
+    n, d, k, nnz, offset, seed = 5, 4417, 512, 8, 2**33 + 3, 2**61 + 5
+    assert spec.default_nnz(k) == nnz and spec.windows_per_block(k, nnz) == 4
+    assert windowed._cuts_shared_sector_runs(d, offset, torch.empty(n, d, dtype=dtype), 0, nnz, 4, 70)
+    y = torch.randn(n, k, generator=rng).to(dtype)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
+    got = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset)
+    uncut = windowed.transpose(y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(splits=1))
+    assert torch.equal(got, uncut) and _relative_error(got, want) <= TOLERANCE[dtype]
+
+
+def test_shared_sector_rule():
+    """Runs are cut with one band, at least 4 windows, over 64 groups per program, and rows (or
+    their stride, offset or first column) off 16 bytes: off 4 float32 or 8 half-type elements."""
+    rule = windowed._cuts_shared_sector_runs
+    f32, b16 = torch.empty(4, 16383), torch.empty(4, 16383, dtype=torch.bfloat16)
+    assert rule(16383, 0, f32, 0, 8, 8, 128) and rule(16383, 0, b16, 0, 8, 4, 128)
+    assert not rule(16383, 0, f32, 0, 8, 8, 64) and not rule(16383, 0, f32, 0, 16, 8, 128)  # short runs, two bands
+    assert not rule(16383, 0, b16, 0, 8, 2, 128)  # two windows
+    rows = torch.empty(4, 16392)
+    assert not rule(16384, 0, rows, 0, 8, 8, 128) and not rule(16384, 4, rows, 0, 8, 8, 128)  # on 16 bytes
+    assert not rule(16392, 0, rows.bfloat16(), 0, 8, 8, 128) and rule(16384, 4, rows.bfloat16(), 0, 8, 8, 128)
+    assert rule(16384, 2, rows, 0, 8, 8, 128) and rule(16384, 0, rows, 2, 8, 8, 128)
+
+
 def test_unfolds_y_rule():
     """y is unfolded where S folds rows (the H100 measurements in benchmarks/NOTES.md). A half type:
     with two bands or more where Z has 2x y's columns, with one band where it has 8x and y at least

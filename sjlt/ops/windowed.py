@@ -1165,6 +1165,33 @@ def _z_multiple(
 _HALF_VECTOR_STORES_MAX_GROUPS = 16
 
 
+def _cuts_shared_sector_runs(
+    in_features: int, column_offset: int, out, out_col0: int, nnz: int, windows: int, groups: int
+) -> bool:
+    """Whether a one-band transpose cuts its programs' runs of groups to _SHARED_SECTOR_RUN: where
+    they are longer than _SHARED_SECTOR_MAX_RUN, a block has at least _SHARED_SECTOR_MIN_WINDOWS
+    windows, and Z's rows (or their offset) are off 16 bytes, so that each 32-byte sector of Z is
+    written partly by the programs of windows a and a + 1. A sector whose parts are written far
+    apart in time costs a read from DRAM; sibling programs that walk fewer groups write its parts
+    closer together. H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d, uncut -> cut:
+    runs of 80-8192 groups with 4-8 windows, bfloat16 2.53-3.34 -> 2.18-2.57x, float32 2.29-3.12 ->
+    1.94-2.23x. Not cut: 2 windows (262144 x 256 -> 4095: bfloat16 1.82 -> 2.12x, float32 2.00 ->
+    1.96x), rows on 16 bytes (65536 x 1024 -> 16376 bfloat16 1.28 -> 1.75x; float32 there has whole
+    sectors), runs of 40 (65536 x 1024 -> 5000 bfloat16 0.54 -> 0.62 ms)."""
+    if spec.band_count(nnz) != 1 or windows < _SHARED_SECTOR_MIN_WINDOWS or groups <= _SHARED_SECTOR_MAX_RUN:
+        return False
+    multiple = math.gcd(16, in_features, column_offset, out_col0, out.stride(0))
+    return multiple * out.element_size() < _ROW_ALIGNMENT_BYTES
+
+
+_ROW_ALIGNMENT_BYTES = 16
+#: The groups per one-band program beyond which a transpose of rows off 16 bytes cuts its runs,
+#: the groups per cut run, and the windows per block it needs (:func:`_cuts_shared_sector_runs`).
+_SHARED_SECTOR_MAX_RUN = 64
+_SHARED_SECTOR_RUN = 16
+_SHARED_SECTOR_MIN_WINDOWS = 4
+
+
 def _transpose_band(
     y,
     out,
@@ -1188,9 +1215,13 @@ def _transpose_band(
     from ..kernels.sparse_jl_windowed import sparse_jl_windowed_transpose_kernel
 
     n = y.shape[0]
-    block_m, width, tiles, splits, per_split = _grid(
-        y, nnz, g_last - g_first, tables.windows, tiling.splits, tiling.blocks[0] if tiling.blocks else None
-    )
+    block = tiling.blocks[0] if tiling.blocks else None
+    block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits, block)
+    if tiling.splits is None and _cuts_shared_sector_runs(
+        in_features, column_offset, out, out_col0, nnz, tables.windows, per_split
+    ):
+        splits = math.ceil((g_last - g_first) / _SHARED_SECTOR_RUN)
+        block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, splits, block)
     order, starts = shift_order(tables) if paired else (tables.rotations, tables.rotations)  # unread if unpaired
     fp32_passes, dot_type = dot_config(y.dtype)
     steps = tiling.steps or (_TRANSPOSE_GROUPS,)  # (groups per dot[, tile on the left])
