@@ -1047,20 +1047,26 @@ def unfold_rows_kernel(
     NNZ: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_U: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
     """out (n, 16 A NNZ, contiguous): column 16 A t + u of out is the column of y at the row that
     padded row u of block t folds onto (docs/spec.md 2b), so the lattice transpose of out at
-    k' = 16 A NNZ is y S. Grid: (cdiv(n, BLOCK_M), cdiv(16 A NNZ, BLOCK_U))."""
+    k' = 16 A NNZ is y S. Grid: (cdiv(n, BLOCK_M), cdiv(16 A NNZ / PAIRS, BLOCK_U)).
+
+    PAIRS = 2: y and out are 2-byte values viewed as 4-byte words (strides in words), each word a
+    pair of columns, which the caller allows where k and y's row stride are even: every block
+    start, fold and cut is then even, so pairs move whole, and in half the loads."""
     offs_m = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_u = tl.program_id(1) * BLOCK_U + tl.arange(0, BLOCK_U)
+    offs_c = tl.program_id(1) * BLOCK_U + tl.arange(0, BLOCK_U)
+    offs_u = offs_c * PAIRS
     block_rows = WINDOW * windows
     block = offs_u // block_rows
     padded = offs_u % block_rows
     start, size = _block_bounds(block, out_features, NNZ)
     row = start + tl.where(padded >= size, padded - size, padded)
     mask = (offs_m < n)[:, None] & (block < NNZ)[None, :]
-    values = tl.load(y_ptr + offs_m[:, None] * stride_ym + row[None, :] * stride_yk, mask=mask)
-    tl.store(out_ptr + offs_m[:, None] * (block_rows * NNZ) + offs_u[None, :], values, mask=mask)
+    values = tl.load(y_ptr + offs_m[:, None] * stride_ym + (row // PAIRS)[None, :] * stride_yk, mask=mask)
+    tl.store(out_ptr + offs_m[:, None] * (block_rows * NNZ // PAIRS) + offs_c[None, :], values, mask=mask)
 
 
 @triton.jit

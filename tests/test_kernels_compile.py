@@ -329,8 +329,11 @@ def _variants():
         for stride_yk, divisible in [(1, ()), (1, ("n", "stride_ym")), (None, ("out_features",))]:
             signature = {"y_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n": I32, "out_features": I32}
             signature |= {"windows": I32, "stride_ym": I64} | ({} if stride_yk else {"stride_yk": I64})
-            const = {"NNZ": 16, "BLOCK_M": 16, "BLOCK_U": 256} | ({"stride_yk": 1} if stride_yk else {})
+            const = {"NNZ": 16, "BLOCK_M": 16, "BLOCK_U": 256, "PAIRS": 1} | ({"stride_yk": 1} if stride_yk else {})
             yield "unfold_rows_kernel", signature, const, ("y_ptr", "out_ptr") + divisible
+    signature = {"y_ptr": "*i32", "out_ptr": "*i32", "n": I32, "out_features": I32, "windows": I32, "stride_ym": I64}
+    const = {"stride_yk": 1, "NNZ": 16, "BLOCK_M": 1, "BLOCK_U": 1024, "PAIRS": 2}
+    yield "unfold_rows_kernel", signature, const, ("y_ptr", "out_ptr")
     for dtype in ("fp32", "bf16", "fp16"):
         for divisible in [("stride_ym",), ("n", "out_features", "stride_ym", "stride_om")]:  # Y' is 16 A nnz wide
             signature = {"y_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n": I32, "out_features": I32}

@@ -666,6 +666,48 @@ def test_transpose_unfolds_folded_y_for_the_lattice_kernel(
     assert torch.equal(got, windowed.transpose(y, d, *_key(5), nnz, offset))
 
 
+@pytest.mark.parametrize(
+    *grid(
+        {"dtype,k,nnz": [(BF16, 100, 6), (F16, 2100, 15), (BF16, 778, 12)], "view": ["contiguous", "rows", "offset"]},
+        fast=[{"dtype,k,nnz": (F16, 2100, 15), "view": "offset"}, {"dtype,k,nnz": (BF16, 778, 12), "view": "rows"}],
+    )
+)
+def test_unfold_moves_column_pairs(kernel_device, rng, monkeypatch, dtype, k, nnz, view):
+    """A half-type y with an even k and row stride is unfolded in column pairs (4-byte words; the
+    rule's minimum row length set to 0): the same bits as column by column, on contiguous rows, rows
+    on a stride of k + 2, and columns read from 2 in (4-byte aligned); from 1 in (2-byte aligned) it
+    goes column by column. One fold (100, 6), a short last band (2100, 15), a last block cut at an
+    even k off 16 (778, 12)."""
+    monkeypatch.setattr(windowed, "_PAIRED_UNFOLD_MIN_WORDS", 0)
+    base = torch.randn(37, k + 2, generator=rng).to(dtype).to(kernel_device)
+    y = {"contiguous": base[:, :k].contiguous(), "rows": base[:, :k], "offset": base[:, 2:]}[view]
+    assert windowed._moves_pairs(y, k) and not windowed._moves_pairs(base[:, 1 : k + 1], k)
+    pairs = windowed._unfolded(y, nnz)
+    monkeypatch.setattr(windowed, "_moves_pairs", lambda y, lattice_k: False)
+    assert torch.equal(pairs, windowed._unfolded(y, nnz))
+
+
+def test_paired_unfold_rule():
+    """Column pairs from 2048 words per unfolded row (k' = 4096), for 2-byte values with an even k
+    and row stride, unit column stride and a 4-byte aligned start."""
+    rule = windowed._moves_pairs
+    y = torch.empty(4, 4002, dtype=torch.bfloat16)
+    assert rule(y[:, :4000], 4096) and not rule(y[:, :4000], 4095) and rule(y.half()[:, 2:], 4096)
+    assert not rule(y[:, 1:4001], 4096) and not rule(y[:, :3999], 4096) and not rule(y.float(), 4096)
+    assert not rule(y[:, ::2], 4096) and not rule(torch.empty(4, 4001, dtype=torch.bfloat16)[:, :4000], 4096)
+
+
+def test_transpose_through_unfolded_pairs(kernel_device, rng, monkeypatch):
+    """The transpose through a y unfolded in column pairs is the reference's."""
+    n, d, k, nnz, offset = 21, 3000, 100, 6, 2**32 + 48
+    monkeypatch.setattr(windowed, "_PAIRED_UNFOLD_MIN_WORDS", 0)
+    y = torch.randn(n, k + 2, generator=rng).to(BF16).to(kernel_device)[:, :k]
+    assert windowed._moves_pairs(y, k)
+    monkeypatch.setattr(windowed, "_unfolds_y", lambda *args: True)
+    want = reference.sparse_jl_transpose(y.cpu().double(), d, seed=5, nnz=nnz, column_offset=offset)
+    assert _relative_error(windowed.transpose(y, d, *_key(5), nnz, offset), want) <= TOLERANCE[BF16]
+
+
 def test_row_split_rules():
     """The forward splits off a last 64-row tile of fewer than 16 rows where there are 4-32 full
     tiles; the transpose splits off the rows past a multiple of 16 from 512 rows on."""

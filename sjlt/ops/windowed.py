@@ -1072,25 +1072,54 @@ _UNFOLDED_FLOAT32_MAX_PADDED_ROWS = 32
 def _unfolded(y: torch.Tensor, nnz: int) -> torch.Tensor:
     """y as the (n, k' = 16 A nnz) input of the lattice transpose: column 16 A t + u holds y's column
     at the row that padded row u of block t folds onto, so that its lattice transpose is y S
-    (``unfold_rows_kernel``)."""
+    (``unfold_rows_kernel``). Half types with an even k and row stride and long rows move column
+    pairs as 4-byte words (:func:`_moves_pairs`)."""
     from ..kernels.sparse_jl_windowed import unfold_rows_kernel
 
     n, k = y.shape
     out = _buffers.empty((n, _lattice_features(k, nnz)), y.dtype, y.device)
-    block_m, block_u = 16, 256
-    unfold_rows_kernel[(math.ceil(n / block_m), math.ceil(out.shape[1] / block_u))](
-        y,
-        out,
+    pairs = 2 if _moves_pairs(y, out.shape[1]) else 1
+    source, target = (y.view(torch.int32), out.view(torch.int32)) if pairs == 2 else (y, out)
+    block_m, block_u = _UNFOLD_TILES[source.element_size()]
+    unfold_rows_kernel[(math.ceil(n / block_m), math.ceil(target.shape[1] / block_u))](
+        source,
+        target,
         n,
         k,
         spec.windows_per_block(k, nnz),
-        y.stride(0),
-        y.stride(1),
+        source.stride(0),
+        source.stride(1),
         NNZ=nnz,
         BLOCK_M=block_m,
         BLOCK_U=block_u,
+        PAIRS=pairs,
     )
     return out
+
+
+def _moves_pairs(y: torch.Tensor, lattice_k: int) -> bool:
+    """Whether ``unfold_rows_kernel`` moves y's columns in pairs, as 4-byte words in 1 x 1024 tiles:
+    2-byte values, k and the row stride even, unit column stride, a 4-byte aligned start, and
+    unfolded rows of at least _PAIRED_UNFOLD_MIN_WORDS words. H200 (benchmarks/NOTES.md, "Any k",
+    item 30), bfloat16 unfolds into 3200-3968 words: 65536 x 6192 / 7774 0.72 / 0.91 -> 0.60 ms
+    (the copy floor 0.39 / 0.49); into 512 and 1280 words, whose 1024-word tiles run part empty,
+    1.07-1.29x slower (65536 x 1000, 262144 x 2500)."""
+    return (
+        lattice_k // 2 >= _PAIRED_UNFOLD_MIN_WORDS
+        and y.element_size() == 2
+        and y.shape[1] % 2 == 0
+        and y.stride(0) % 2 == 0
+        and y.stride(1) == 1
+        and y.data_ptr() % 4 == 0
+    )
+
+
+#: (rows, columns) per program of ``unfold_rows_kernel`` by the bytes of the values it moves. H200
+#: (NOTES.md, "Any k", item 30): float32 4-20% faster in 1 x 1024 than in 16 x 256 tiles (65536 x
+#: 7774 -> k' = 7936 1.27 -> 1.07 ms, 1000 -> 1024 0.167 -> 0.134), 2-byte values 5-16% slower.
+_UNFOLD_TILES = {4: (1, 1024), 2: (16, 256)}
+#: The unfolded row length, in 4-byte words, from which half types move column pairs.
+_PAIRED_UNFOLD_MIN_WORDS = 2048
 
 
 def _pads_y(y: torch.Tensor, in_features: int, bands: int) -> bool:
