@@ -1021,7 +1021,7 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     - a half-type y, where Z has at least 2x y's columns with two bands or more, or, with one band,
       8x them and at least 4096 rows: there the kernel's fold cost more than the copy;
     - a float32 y whose row stride is off 16 (k off 16: the kernel then loads y element by
-      element), with two bands where Z has 3x y's columns but, from 33 rows, under the 16x from
+      element), with two bands where Z has 2x y's columns but, from 33 rows, under the 16x from
       which y is padded instead (:func:`_pads_y`), or with three bands or more where Z has at
       least y's columns: there the copy into aligned rows pays for itself.
 
@@ -1037,12 +1037,14 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     1024 x 2**20 0.87-0.95. Not taken there: y's rows on 16 (k = 6000 / 8000 on 65536 x 2**14:
     1.12x / 1.13x), one band (k = 1000 / 1500: 1.03x / 1.05x), two bands with y padded (8192 x
     2**16 k = 2500 / 3000, 4096 x 2**17, 1024 x 2**20: 1.10-1.27x, the padded folding kernel
-    beating the lattice one) or Z under 3x y's columns (65536 x 2**14 k = 7774: 1.07x; 262144 x
-    4096: 1.08-1.43x), four bands with Z under y's columns (262144 x 4096 1.17x). float32 with y
+    beating the lattice one) or Z under 2x y's columns (262144 x 4096: 1.08-1.43x), four bands
+    with Z under y's columns (262144 x 4096 1.17x). float32 with y
     padded, two bands, k = 2500-7000 (NOTES.md, "Any k", item 27): 16 and 32 x 2**24 unfolded
     0.98-1.03x the lattice k above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded
-    0.80-0.85x. H200 (NOTES.md, "Any k", item 29): four bands with Z 1.05-1.77x y's columns,
-    65536 x 2**14 k = 9268-15629, 0.86-0.98 (the H100 had measured 0.92-1.04 there)."""
+    0.80-0.85x. H200 (NOTES.md, "Any k", items 29 and 30): four bands with Z 1.05-1.77x y's
+    columns, 65536 x 2**14 k = 9268-15629, 0.86-0.98 (the H100 had measured 0.92-1.04 there); two
+    bands with Z 2.05-2.98x y's columns and y's rows off 16, 65536 x 2**14 k = 5500-7774, 16384 x
+    12000 k = 4500 / 5800 and 131072 x 8192 k = 3000 / 3522, 0.89-0.96 (the H100 1.07 at k = 7774)."""
     if _fold(y.shape[1], nnz) == 0:
         return False
     n, k = y.shape
@@ -1051,21 +1053,21 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
             return False
         if bands == 2:
             few_rows = n <= _UNFOLDED_FLOAT32_MAX_PADDED_ROWS
-            return k * _UNFOLDED_FLOAT32_MIN_GROWTH <= in_features and (few_rows or not _pads_y(y, in_features, bands))
+            return k * _UNFOLDED_Y_MIN_GROWTH <= in_features and (few_rows or not _pads_y(y, in_features, bands))
         return k <= in_features
     if bands == 1:
         return k * _UNFOLDED_ONE_BAND_MIN_GROWTH <= in_features and n >= _UNFOLDED_ONE_BAND_MIN_ROWS
     return k * _UNFOLDED_Y_MIN_GROWTH <= in_features
 
 
-#: How many times y's columns Z must have for a half-type transpose to unfold y (:func:`_unfolds_y`),
-#: with two bands or more and with one band; and the rows a one-band transpose needs to.
+#: How many times y's columns Z must have for a transpose to unfold y (:func:`_unfolds_y`): half
+#: types with two bands or more and float32 with two; half types with one band; and the rows a
+#: one-band transpose needs to.
 _UNFOLDED_Y_MIN_GROWTH = 2
 _UNFOLDED_ONE_BAND_MIN_GROWTH = 8
 _UNFOLDED_ONE_BAND_MIN_ROWS = 4096
-#: The growth a float32 two-band transpose needs to unfold y, and the most rows with which it
-#: unfolds y rather than pad it where Z has _PADDED_Y_MIN_GROWTH times y's columns.
-_UNFOLDED_FLOAT32_MIN_GROWTH = 3
+#: The most rows with which a float32 two-band transpose unfolds y rather than pad it where Z has
+#: _PADDED_Y_MIN_GROWTH times y's columns.
 _UNFOLDED_FLOAT32_MAX_PADDED_ROWS = 32
 
 
