@@ -1253,7 +1253,7 @@ def test_shared_sector_rule():
 
 
 def test_unfolds_y_rule():
-    """y is unfolded where S folds rows (the H100 measurements in benchmarks/NOTES.md). A half type:
+    """y is unfolded where S folds rows (the H100 and H200 measurements in benchmarks/NOTES.md). A half type:
     with two bands or more where Z has 2x y's columns, with one band where it has 8x and y at least
     4096 rows. float32 with y's row stride off 16: with two bands where Z has 2x y's columns but
     under the 16x from which y is padded instead (at any growth with up to 32 rows), with more

@@ -1038,10 +1038,9 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     1.12x / 1.13x), one band (k = 1000 / 1500: 1.03x / 1.05x), two bands with y padded (8192 x
     2**16 k = 2500 / 3000, 4096 x 2**17, 1024 x 2**20: 1.10-1.27x, the padded folding kernel
     beating the lattice one) or Z under 2x y's columns (262144 x 4096: 1.08-1.43x), four bands
-    with Z under y's columns (262144 x 4096 1.17x). float32 with y
-    padded, two bands, k = 2500-7000 (NOTES.md, "Any k", item 27): 16 and 32 x 2**24 unfolded
-    0.98-1.03x the lattice k above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded
-    0.80-0.85x. H200 (NOTES.md, "Any k", items 29 and 30): four bands with Z 1.05-1.77x y's
+    with Z under y's columns (262144 x 4096 1.17x). float32 with y padded, two bands, k =
+    2500-7000 (NOTES.md, "Any k", item 27): 16 and 32 x 2**24 unfolded 0.98-1.03x the lattice k
+    above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded 0.80-0.85x. H200 (NOTES.md, "Any k", items 29 and 30): four bands with Z 1.05-1.77x y's
     columns, 65536 x 2**14 k = 9268-15629, 0.86-0.98 (the H100 had measured 0.92-1.04 there); two
     bands with Z 2.05-2.98x y's columns and y's rows off 16, 65536 x 2**14 k = 5500-7774, 16384 x
     12000 k = 4500 / 5800 and 131072 x 8192 k = 3000 / 3522, 0.89-0.96 (the H100 1.07 at k = 7774)."""
