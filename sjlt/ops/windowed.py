@@ -1040,9 +1040,9 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     beating the lattice one) or Z under 2x y's columns (262144 x 4096: 1.08-1.43x), four bands
     with Z under y's columns (262144 x 4096 1.17x). float32 with y padded, two bands, k =
     2500-7000 (NOTES.md, "Any k", item 27): 16 and 32 x 2**24 unfolded 0.98-1.03x the lattice k
-    above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded 0.80-0.85x. H200 (NOTES.md, "Any k", items 29 and 30): four bands with Z 1.05-1.77x y's
-    columns, 65536 x 2**14 k = 9268-15629, 0.86-0.98 (the H100 had measured 0.92-1.04 there); two
-    bands with Z 2.05-2.98x y's columns and y's rows off 16, 65536 x 2**14 k = 5500-7774, 16384 x
+    above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded 0.80-0.85x. H200 (NOTES.md,
+    "Any k", items 29 and 30): four bands with Z 1.05-1.77x y's columns, 65536 x 2**14 k =
+    9268-15629, 0.86-0.98 (the H100 had measured 0.92-1.04 there); two bands with Z 2.05-2.98x y's columns and y's rows off 16, 65536 x 2**14 k = 5500-7774, 16384 x
     12000 k = 4500 / 5800 and 131072 x 8192 k = 3000 / 3522, 0.89-0.96 (the H100 1.07 at k = 7774)."""
     if _fold(y.shape[1], nnz) == 0:
         return False
@@ -1185,22 +1185,27 @@ def _z_multiple(
     kernel on aligned rows, 2**20 x 1000 -> 1024 1.50 -> 1.06x, 65536 x 5000 -> 4096 1.18 -> 1.06x), but
     1.17-1.74x with one band and 40-128 groups (65536 x 16376 -> 1024 1.32 -> 2.29x), their 32-byte
     chunks then writing two sectors half each with one store."""
-    multiple = math.gcd(16, in_features, column_offset, out_col0, partial_col0, out.stride(0), partial.stride(0))
+    multiple = _z_row_multiple(in_features, column_offset, out, out_col0, partial, partial_col0)
     if out.element_size() == 4 or multiple == 16 or bands >= 2 or groups <= _HALF_VECTOR_STORES_MAX_GROUPS:
         return multiple
     return 1
+
+
+def _z_row_multiple(in_features: int, column_offset: int, out, out_col0: int, partial, partial_col0: int) -> int:
+    """The largest power of two up to 16 dividing z's width, the column offset and the row strides
+    and first columns of ``out`` and ``partial``: where Z's chunks start, in elements."""
+    return math.gcd(16, in_features, column_offset, out_col0, partial_col0, out.stride(0), partial.stride(0))
 
 
 #: Groups per one-band program up to which a half-type transpose stores rows off 16 elements in vectors.
 _HALF_VECTOR_STORES_MAX_GROUPS = 16
 
 
-def _cuts_shared_sector_runs(
-    in_features: int, column_offset: int, out, out_col0: int, nnz: int, windows: int, groups: int
-) -> bool:
+def _cuts_shared_sector_runs(row_multiple: int, element_size: int, nnz: int, windows: int, groups: int) -> bool:
     """Whether a one-band transpose cuts its programs' runs of groups to _SHARED_SECTOR_RUN: where
     they are longer than _SHARED_SECTOR_MAX_RUN, a block has at least _SHARED_SECTOR_MIN_WINDOWS
-    windows, and Z's rows (or their offset) are off 16 bytes, so that each 32-byte sector of Z is
+    windows, and Z's chunks start off 16 bytes (``row_multiple`` elements of ``element_size``
+    bytes: :func:`_z_row_multiple`), so that each 32-byte sector of Z is
     written partly by the programs of windows a and a + 1. A sector whose parts are written far
     apart in time costs a read from DRAM; sibling programs that walk fewer groups write its parts
     closer together. H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d, uncut -> cut:
@@ -1210,8 +1215,7 @@ def _cuts_shared_sector_runs(
     sectors), runs of 40 (65536 x 1024 -> 5000 bfloat16 0.54 -> 0.62 ms)."""
     if spec.band_count(nnz) != 1 or windows < _SHARED_SECTOR_MIN_WINDOWS or groups <= _SHARED_SECTOR_MAX_RUN:
         return False
-    multiple = math.gcd(16, in_features, column_offset, out_col0, out.stride(0))
-    return multiple * out.element_size() < _ROW_ALIGNMENT_BYTES
+    return row_multiple * element_size < _ROW_ALIGNMENT_BYTES
 
 
 _ROW_ALIGNMENT_BYTES = 16
@@ -1247,8 +1251,9 @@ def _transpose_band(
     n = y.shape[0]
     block = tiling.blocks[0] if tiling.blocks else None
     block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits, block)
+    row_multiple = _z_row_multiple(in_features, column_offset, out, out_col0, partial, partial_col0)
     if tiling.splits is None and _cuts_shared_sector_runs(
-        in_features, column_offset, out, out_col0, nnz, tables.windows, per_split
+        row_multiple, out.element_size(), nnz, tables.windows, per_split
     ):
         splits = math.ceil((g_last - g_first) / _SHARED_SECTOR_RUN)
         block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, splits, block)
