@@ -207,6 +207,27 @@ def test_folded_half_type_forward_in_wide_programs_matches_reference(monkeypatch
     assert float((y.double() - want).abs().max() / want.abs().max()) < 1e-2
 
 
+@pytest.mark.parametrize("d", [2**18 - 1, 2**18 - 4, 2**18 - 2])
+def test_misaligned_half_type_forward_with_few_row_tiles_runs_128_row_programs(monkeypatch, d):
+    """Rows off 16 bytes (element loads, rows on 8 and on 4 bytes) whose 64-row programs would split
+    d take 128-row programs by default (``windowed._widens_misaligned_rows``), with a last row tile
+    of 64 rows, a NaN row and a column offset past 2**33."""
+    grids = []
+    grid = windowed._grid
+    monkeypatch.setattr(windowed, "_grid", lambda *args, **kwargs: grids.append(grid(*args, **kwargs)) or grids[-1])
+    n, k, offset = 320, 2048, 2**33 + 4
+    nnz = sjlt.spec.default_nnz(k)
+    x = torch.randn(n, d, device="cuda").to(torch.bfloat16)
+    x[5, 7] = float("nan")
+    key = sjlt.spec.philox_key(9)
+    y = windowed.forward(x, k, *key, nnz, offset).double()
+    assert grids[0][3] > 1 and grids[-1][0] == windowed._WIDE_ROWS  # 64 rows would split; 128 ran
+    want = reference.sparse_jl_forward(x.double(), k, seed=9, nnz=nnz, column_offset=offset)
+    finite = torch.isfinite(want).all(1)
+    assert torch.equal(torch.isfinite(y).all(1), finite) and not finite[5]
+    assert float((y[finite] - want[finite]).abs().max() / want[finite].abs().max()) < 1e-2
+
+
 # Two bands with long runs (one launch over the sorted order table), two and three bands with
 # short ones (a launch per band, through a float32 workspace).
 @pytest.mark.parametrize("n,d,nnz", [(2048, 2**16, 16), (96, 3000, 16), (96, 3000, 24)])

@@ -237,6 +237,11 @@ def _variants():
                         windowed._forward_steps(torch_dtypes[dtype], run, True, const["FOLDS"], const["BANDS"])
                         for run in (1, 10**6)
                     }
+                    # and of rows off 16 bytes with too few 64-row programs (_widens_misaligned_rows)
+                    | {
+                        windowed._forward_steps(torch_dtypes[dtype], 1, False, bands=const["BANDS"], wide_vector_rows=w)
+                        for w in (False, True)
+                    }
                 ):
                     if pipelined or const["FOLDS"]:
                         yield (

@@ -795,6 +795,19 @@ def test_forward_steps_of_rows_off_16_bytes():
     assert windowed._forward_steps(BF16, 1, True) == (4, 1, 1, False)
     assert windowed._forward_steps(F32, long, True) == (2, 1, 1, True)
     assert windowed._forward_steps(F32, 1, False) == windowed._forward_steps(F32, 1, True)
+    assert windowed._forward_steps(BF16, long, False, wide_vector_rows=True) == (4, 1, 1, True)
+
+
+def test_misaligned_half_type_rows_widen_where_64_row_programs_split_d():
+    """Half-type forwards of rows off 16 bytes take 128-row programs where their 64-row launch
+    would split d (too few programs to fill the GPU); float32, aligned rows (their own rule,
+    ``_wide_rows``), folded k and launches that fill the GPU unsplit keep theirs."""
+    assert windowed._widens_misaligned_rows(BF16, aligned=False, folded=False, splits=2)
+    assert windowed._widens_misaligned_rows(F16, aligned=False, folded=False, splits=17)
+    assert not windowed._widens_misaligned_rows(BF16, aligned=False, folded=False, splits=1)
+    assert not windowed._widens_misaligned_rows(F32, aligned=False, folded=False, splits=17)
+    assert not windowed._widens_misaligned_rows(BF16, aligned=True, folded=False, splits=17)
+    assert not windowed._widens_misaligned_rows(BF16, aligned=False, folded=True, splits=17)
 
 
 # (n, d, k, row_pad, offset, view_start, steps): steps are (groups, dots, pipelined), None the default
@@ -846,6 +859,26 @@ def test_forward_of_rows_off_16_bytes(kernel_device, rng, dtype, n, d, k, row_pa
     want = reference.sparse_jl_forward(x.double().cpu(), k, seed=7, nnz=nnz, column_offset=offset)
     finite = torch.isfinite(want).all(1)
     assert torch.equal(torch.isfinite(got).all(1), finite) and not finite[1] and not finite[2]
+    assert _relative_error(got[finite], want[finite]) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("d,groups", [(1203, 2), (1204, 4)])
+def test_forward_of_rows_off_16_bytes_in_128_row_programs(kernel_device, rng, dtype, d, groups):
+    """The steps of 128-row programs over rows off 16 bytes (``windowed._widens_misaligned_rows``):
+    two groups pipelined for rows loaded element by element (d = 1203), four for rows on 8 bytes
+    (d = 1204), split over d, with a last row tile of 2 rows; the result matches the reference and a
+    NaN stays in its own row."""
+    n, k = 130, 512
+    x = torch.randn(n, d, generator=rng).to(dtype).to(kernel_device)
+    x[1, d // 2] = float("nan")
+    x[129, 0] = float("nan")
+    assert not windowed._aligned_chunks(x, 0)
+    tiling = Tiling(splits=2, steps=(groups, 1), pipelined=True, blocks=(windowed._WIDE_ROWS,))
+    got = windowed.forward(x, k, *_key(7), spec.default_nnz(k), 0, tiling).double().cpu()
+    want = reference.sparse_jl_forward(x.double().cpu(), k, seed=7, nnz=spec.default_nnz(k))
+    finite = torch.isfinite(want).all(1)
+    assert torch.equal(torch.isfinite(got).all(1), finite) and not finite[1] and not finite[129]
     assert _relative_error(got[finite], want[finite]) <= TOLERANCE[dtype]
 
 

@@ -160,7 +160,12 @@ def _block_m(n: int, width: int, float32_transpose: bool = False) -> int:
 
 
 def _forward_steps(
-    dtype: torch.dtype, groups_per_program: int, aligned: bool = True, folded: bool = False, bands: int = 1
+    dtype: torch.dtype,
+    groups_per_program: int,
+    aligned: bool = True,
+    folded: bool = False,
+    bands: int = 1,
+    wide_vector_rows: bool = False,
 ) -> tuple[int, int, int, bool]:
     """(groups per dot, dots per loop step, pipeline stages, pipelined) of the forward, whose
     programs own at most 8 blocks (one band). H100 sweep (``python benchmarks/sweep_windowed.py
@@ -190,12 +195,15 @@ def _forward_steps(
     "Any d"), bfloat16, ratio to the lattice k above: 65536 x 2**14 -> 1000-8000 1.06-1.23 ->
     0.95-1.06, 16384 x 2**15 0.94-1.13 -> 0.89-1.06, 262144 x 4096 1.13-1.42 -> 1.09-1.33, unchanged
     where runs were already long; misaligned, to the aligned call, 65536 x 16383 -> 1000 1.94 ->
-    1.59."""
+    1.59.
+
+    ``wide_vector_rows``: half-type rows on 8 bytes in 128-row programs (:func:`_widens_misaligned_rows`),
+    which take the aligned rows' four-group steps."""
     if dtype != torch.float32:
         if folded:
             return 4, 1, 1, True
         if not aligned:
-            return 2, 1, 1, True
+            return (4 if wide_vector_rows else 2), 1, 1, True
         return 4, 1, 1, groups_per_program >= _HALF_PIPELINED_GROUPS
     if groups_per_program >= _FLOAT32_PIPELINED_GROUPS:
         if aligned or (bands >= 2 and groups_per_program >= _FLOAT32_ELEMENT_TWO_BAND_MIN_GROUPS):
@@ -256,6 +264,20 @@ def _wide_rows(dtype: torch.dtype, n: int, pipelined: bool, folded: bool = False
 
 #: Rows of a wide half-type forward program (:func:`_wide_rows`).
 _WIDE_ROWS = 128
+
+
+def _widens_misaligned_rows(dtype: torch.dtype, aligned: bool, folded: bool, splits: int) -> bool:
+    """Whether a half-type forward of rows off 16 bytes (not ``aligned``, k on the lattice) takes
+    128-row programs: where its 64-row programs are too few to fill the GPU, so that the launch would
+    split d (``splits`` > 1), as with few rows and long ones. There the tile built per step serves
+    twice the rows. H200 (benchmarks/NOTES.md, "Any d", "Few row tiles"), ratio to the aligned call:
+    rows loaded element by element, two-group steps and splits weighed in waves, 256 x (2**24 - 1) ->
+    2048 2.23 -> 1.71x, 2048 x (2**18 - 1) -> 4096 2.07 -> 1.61x, 4096 x (2**17 - 1) -> 1024 2.04 ->
+    1.56x, 1024 x (2**20 - 1) -> 8192 2.05 -> 1.62x; rows on 8 bytes, the aligned rows' four-group
+    steps and splits that fill the GPU, 256 x (2**24 - 4) -> 2048 1.65 -> 1.13x, 1024 x (2**20 - 4) ->
+    8192 1.47 -> 1.25x. Where 64-row programs fill it they stay faster (8192 x 65537 -> 4096 1.55x
+    against 1.61x; rows on 8 bytes at 4096-65536 rows 1.21-1.37x against 1.28-1.49x)."""
+    return dtype != torch.float32 and not aligned and not folded and splits > 1
 
 
 def _vector_stores(block_m: int, writes_y: bool) -> bool:
@@ -849,6 +871,27 @@ def _forward(
                 None if plan is not None or (folded and not one_band_fold) else _TILE_PROGRAMS_RESIDENT_PER_SM,
                 fewest_waves=one_band_fold,
                 partial_cost=folded and not one_band_fold,
+            )
+        elif not tiling.blocks and plan is None and _widens_misaligned_rows(x.dtype, aligned, folded, splits):
+            # rows on 8 bytes move in vectors and split as the aligned rows' four-group steps;
+            # element loads lose more to partials, so their splits are weighed in waves
+            vector_rows = _row_multiple(x, column_offset) * x.element_size() >= 8
+            groups_per_dot, unroll, stages, pipelined = _forward_steps(
+                x.dtype, per_split, aligned, folded, bands, wide_vector_rows=vector_rows
+            )
+            block_m, width, tiles, splits, per_split = _grid(
+                x,
+                nnz,
+                groups,
+                tables.windows,
+                tiling.splits,
+                _WIDE_ROWS,
+                out_features,
+                bands,
+                input_bytes,
+                per_sm,
+                None if vector_rows else _TILE_PROGRAMS_RESIDENT_PER_SM,
+                fewest_waves=not vector_rows,
             )
     if plan is None:
         out, stride_split = forward_output(n, out_features, splits, x, out_dtype)
