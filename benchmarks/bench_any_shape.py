@@ -10,8 +10,8 @@ that is smaller (nnz the default at k), where k = 16 A nnz needs no fold. The ba
 
 **Any d.** Rows whose length, row stride or column offset is not a multiple of 16 elements, against
 the aligned neighbour (the same call with d rounded down to a multiple of 16, contiguous): the
-issue's odd widths, and round widths (1000, 300, 5000, 2^17 - 8) whose rows sit on 16 bytes. The bar
-is 1.15x.
+issue's odd widths, round widths (1000, 300, 5000, 2^17 - 8) whose rows sit on 16 bytes, and few
+long rows (256-4096 rows of 2^17-2^24 columns). The bar is 1.15x.
 
 **Any n** (``--sections anyn``, not in the default run). Row counts off a multiple of 16 (m - 1,
 m + 1, m - 8, m + 15) against m itself, the bar 1.15x: 0.97-1.09x since the last rows take a launch
@@ -157,6 +157,16 @@ ROUND_D_CASES = [
 ]
 
 
+#: Few rows, long ones (flattened per-example gradients): too few row tiles to fill the GPU, so
+#: the forward splits d. Odd widths, and one on 8 bytes.
+FEW_ROW_TILE_D_CASES = [
+    (256, 2**24 - 1, 2048),
+    (4096, 2**17 - 1, 1024),
+    (1024, 2**20 - 1, 8192),
+    (256, 2**24 - 4, 2048),
+]
+
+
 def ragged_inputs(n: int, d: int, dtype: torch.dtype):
     """(label, x, column_offset) variants of an n x d input. For d off 16 bytes: contiguous rows of
     d, rows of d on a padded row stride (d + 3), and an aligned input read from column offset 5. For
@@ -178,7 +188,7 @@ def any_d_section(args, bw: float, lines: list[str]) -> bool:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     met = True
-    for n, d, k in ANY_D_CASES + ROUND_D_CASES:
+    for n, d, k in ANY_D_CASES + ROUND_D_CASES + FEW_ROW_TILE_D_CASES:
         for dtype_name in args.dtypes.split(","):
             dtype = DTYPES[dtype_name]
             aligned = d // 16 * 16

@@ -826,7 +826,18 @@ def _forward(
     fp32_passes, dot_type = dot_config(x.dtype)
     block_m = tiling.blocks[0] if tiling.blocks else None
     block_m, width, tiles, splits, per_split = _grid(
-        x, nnz, groups, tables.windows, tiling.splits, block_m, out_features, bands, input_bytes, per_sm, resident
+        x,
+        nnz,
+        groups,
+        tables.windows,
+        tiling.splits,
+        block_m,
+        out_features,
+        bands,
+        input_bytes,
+        per_sm,
+        resident,
+        fewest_waves=resident is not None,
     )
     fold = _fold(out_features, nnz)
     if plan is None and (
