@@ -270,13 +270,14 @@ def _widens_misaligned_rows(dtype: torch.dtype, aligned: bool, folded: bool, spl
     """Whether a half-type forward of rows off 16 bytes (not ``aligned``, k on the lattice) takes
     128-row programs: where its 64-row programs are too few to fill the GPU, so that the launch would
     split d (``splits`` > 1), as with few rows and long ones. There the tile built per step serves
-    twice the rows. H200 (benchmarks/NOTES.md, "Any d", "Few row tiles"), ratio to the aligned call:
+    twice the rows. H200 (benchmarks/NOTES.md, "Any d", "Few long rows"), ratio to the aligned call:
     rows loaded element by element, two-group steps and splits weighed in waves, 256 x (2**24 - 1) ->
     2048 2.23 -> 1.71x, 2048 x (2**18 - 1) -> 4096 2.07 -> 1.61x, 4096 x (2**17 - 1) -> 1024 2.04 ->
     1.56x, 1024 x (2**20 - 1) -> 8192 2.05 -> 1.62x; rows on 8 bytes, the aligned rows' four-group
     steps and splits that fill the GPU, 256 x (2**24 - 4) -> 2048 1.65 -> 1.13x, 1024 x (2**20 - 4) ->
-    8192 1.47 -> 1.25x. Where 64-row programs fill it they stay faster (8192 x 65537 -> 4096 1.55x
-    against 1.61x; rows on 8 bytes at 4096-65536 rows 1.21-1.37x against 1.28-1.49x)."""
+    8192 1.47 -> 1.25x. Where 64-row programs fill it they stay as fast or faster (8192 x 65537 ->
+    4096 1.55x against 1.61x; rows on 8 bytes at 16384-2**20 rows 1.13-1.31x against 1.18-1.45x,
+    4096 x (2**17 - 4) -> 4096 1.37x against 1.34x)."""
     return dtype != torch.float32 and not aligned and not folded and splits > 1
 
 
