@@ -884,19 +884,24 @@ def test_forward_of_rows_off_16_bytes_in_128_row_programs(kernel_device, rng, dt
 
 def test_transpose_stores_vectors_in_float32_and_half_types_with_two_bands_or_short_runs():
     """The transpose's MULTIPLE (``windowed._z_multiple``): every power of two that z's width, offset,
-    row strides and first columns share, for float32; for half types with one band and more than
-    16 groups per program 16 or nothing, since their vector stores on half sectors ran slower than
-    element stores there."""
-    for width, offset, multiple_f32, multiple_half in [
-        (1024, 0, 16, 16),
-        (1000, 0, 8, 1),
-        (300, 4, 4, 1),
-        (769, 0, 1, 1),
+    row strides and first columns share, for float32; for half types with more than 16 groups per
+    program 16 or nothing, but with two bands on rows on 16 bytes, since their vector stores on half
+    sectors ran slower than element stores elsewhere."""
+    for width, offset, multiple_f32, multiple_half, two_bands_half in [
+        (1024, 0, 16, 16, 16),
+        (1000, 0, 8, 1, 8),  # 16 bytes
+        (300, 4, 4, 1, 1),  # 8 bytes
+        (769, 0, 1, 1, 1),
     ]:
-        for dtype, want in ((F32, multiple_f32), (BF16, multiple_half), (F16, multiple_half)):
+        for dtype, want, want_two_bands in (
+            (F32, multiple_f32, multiple_f32),
+            (BF16, multiple_half, two_bands_half),
+            (F16, multiple_half, two_bands_half),
+        ):
             z = torch.empty(3, width, dtype=dtype)
             assert windowed._z_multiple(width, offset, z, 0, z, 0, 1, 17) == want, (width, offset, dtype)
-            assert windowed._z_multiple(width, offset, z, 0, z, 0, 2, 17) == multiple_f32, (width, offset, dtype)
+            assert windowed._z_multiple(width, offset, z, 0, z, 0, 2, 17) == want_two_bands, (width, offset, dtype)
+            assert windowed._z_multiple(width, offset, z, 0, z, 0, 2, 16) == multiple_f32, (width, offset, dtype)
             assert windowed._z_multiple(width, offset, z, 0, z, 0, 1, 16) == multiple_f32, (width, offset, dtype)
     z, sums = torch.empty(3, 1024), torch.empty(3, 1000)
     assert windowed._z_multiple(1024, 0, z, 0, sums, 24, 1, 100) == 8  # the partials' stride and first column count

@@ -1233,17 +1233,20 @@ def _z_multiple(
 ) -> int:
     """The transpose kernel's MULTIPLE: the largest power of two up to 16 dividing z's width, the
     column offset and the row strides and first columns of ``out`` and ``partial``, so that Z's rows
-    store in vectors. Half types below 16 only with two bands or more, or at most 16 groups per
-    program (``groups``); otherwise element stores. H200 (benchmarks/NOTES.md, "Any d"): float32
-    rows off 16 elements took 0.88-0.96x the time of element stores in 16- and 32-byte vectors;
-    half-type ones 0.73-0.91x with two bands or short runs (2**20 x 300 -> 256 1.41 -> 1.09x the
-    kernel on aligned rows, 2**20 x 1000 -> 1024 1.50 -> 1.06x, 65536 x 5000 -> 4096 1.18 -> 1.06x), but
-    1.17-1.74x with one band and 40-128 groups (65536 x 16376 -> 1024 1.32 -> 2.29x), their 32-byte
-    chunks then writing two sectors half each with one store."""
+    store in vectors. Half types below 16 only with at most 16 groups per program (``groups``), or
+    with two bands or more on rows on 16 bytes; otherwise element stores. H200 (benchmarks/NOTES.md,
+    "Any d"): float32 rows off 16 elements took 0.88-0.96x the time of element stores in 16- and
+    32-byte vectors; half-type ones 0.73-0.91x with short runs (2**20 x 300 -> 256 1.41 -> 1.09x the
+    kernel on aligned rows, 2**20 x 1000 -> 1024 1.50 -> 1.06x) or two bands on 16 bytes (65536 x
+    5000 -> 4096 1.18 -> 1.06x, 4096 x (2**17 - 8) -> 4096 1.33 -> 1.21x), but 1.17-1.74x with one
+    band and 40-128 groups (65536 x 16376 -> 1024 1.32 -> 2.29x), their 32-byte chunks then writing
+    two sectors half each with one store, and 1.18-1.36x with two bands on 8 bytes and 256-3972
+    groups (256 x 2048 -> 2**24 - 4 1.67 -> 2.11x, 4096 x 4096 -> 2**17 - 4 1.40 -> 1.70x)."""
     multiple = _z_row_multiple(in_features, column_offset, out, out_col0, partial, partial_col0)
-    if out.element_size() == 4 or multiple == 16 or bands >= 2 or groups <= _HALF_VECTOR_STORES_MAX_GROUPS:
+    element_size = out.element_size()
+    if element_size == 4 or multiple == 16 or groups <= _HALF_VECTOR_STORES_MAX_GROUPS:
         return multiple
-    return 1
+    return multiple if bands >= 2 and multiple * element_size >= 16 else 1
 
 
 def _z_row_multiple(in_features: int, column_offset: int, out, out_col0: int, partial, partial_col0: int) -> int:
@@ -1252,7 +1255,7 @@ def _z_row_multiple(in_features: int, column_offset: int, out, out_col0: int, pa
     return math.gcd(16, in_features, column_offset, out_col0, partial_col0, out.stride(0), partial.stride(0))
 
 
-#: Groups per one-band program up to which a half-type transpose stores rows off 16 elements in vectors.
+#: Groups per program up to which a half-type transpose stores rows off 16 elements in vectors.
 _HALF_VECTOR_STORES_MAX_GROUPS = 16
 
 
