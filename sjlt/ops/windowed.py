@@ -825,29 +825,10 @@ def _forward(
     resident = _TILE_PROGRAMS_RESIDENT_PER_SM if plan is None and x.dtype == torch.float32 else None
     bands = spec.band_count(nnz)
     fp32_passes, dot_type = dot_config(x.dtype)
-    block_m = tiling.blocks[0] if tiling.blocks else None
-    block_m, width, tiles, splits, per_split = _grid(
-        x,
-        nnz,
-        groups,
-        tables.windows,
-        tiling.splits,
-        block_m,
-        out_features,
-        bands,
-        input_bytes,
-        per_sm,
-        resident,
-        fewest_waves=resident is not None,
-    )
-    fold = _fold(out_features, nnz)
-    if plan is None and (
-        not fold and _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon
-    ):
-        return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling, out_dtype)
-    shuffles = _shuffles(x.dtype, fp32_passes, n, per_split, nnz) if tiling.shuffle is None else tiling.shuffle
-    if shuffles and per_sm != _SHUFFLE_PROGRAMS_PER_SM:
-        block_m, width, tiles, splits, per_split = _grid(
+
+    def grid(block_m, programs_per_sm=per_sm, resident_per_sm=None, **weighing):
+        """This launch's ``_grid`` at BLOCK_M ``block_m`` (None: the default)."""
+        return _grid(
             x,
             nnz,
             groups,
@@ -857,8 +838,22 @@ def _forward(
             out_features,
             bands,
             input_bytes,
-            _SHUFFLE_PROGRAMS_PER_SM,
+            programs_per_sm,
+            resident_per_sm,
+            **weighing,
         )
+
+    block_m, width, tiles, splits, per_split = grid(
+        tiling.blocks[0] if tiling.blocks else None, resident_per_sm=resident, fewest_waves=resident is not None
+    )
+    fold = _fold(out_features, nnz)
+    if plan is None and (
+        not fold and _gluon_forward(x, column_offset, per_split) if tiling.gluon is None else tiling.gluon
+    ):
+        return _forward_gluon(x, tables, out_features, nnz, column_offset, tiling, out_dtype)
+    shuffles = _shuffles(x.dtype, fp32_passes, n, per_split, nnz) if tiling.shuffle is None else tiling.shuffle
+    if shuffles and per_sm != _SHUFFLE_PROGRAMS_PER_SM:
+        block_m, width, tiles, splits, per_split = grid(block_m, _SHUFFLE_PROGRAMS_PER_SM)
     if not shuffles:
         # a grouped launch keeps the aligned steps: its misaligned segments were not measured
         aligned = plan is not None or _aligned_chunks(x, column_offset)
@@ -869,18 +864,11 @@ def _forward(
             # cost (its kernel writing partials is slow), one band in waves, the lattice and
             # grouped launches as the rest of the forward.
             one_band_fold = folded and bands == 1
-            block_m, width, tiles, splits, per_split = _grid(
-                x,
-                nnz,
-                groups,
-                tables.windows,
-                tiling.splits,
+            block_m, width, tiles, splits, per_split = grid(
                 _WIDE_ROWS,
-                out_features,
-                bands,
-                input_bytes,
-                per_sm,
-                None if plan is not None or (folded and not one_band_fold) else _TILE_PROGRAMS_RESIDENT_PER_SM,
+                resident_per_sm=(
+                    None if plan is not None or (folded and not one_band_fold) else _TILE_PROGRAMS_RESIDENT_PER_SM
+                ),
                 fewest_waves=one_band_fold,
                 partial_cost=folded and not one_band_fold,
             )
@@ -891,18 +879,9 @@ def _forward(
             groups_per_dot, unroll, stages, pipelined = _forward_steps(
                 x.dtype, per_split, aligned, folded, bands, wide_vector_rows=vector_rows
             )
-            block_m, width, tiles, splits, per_split = _grid(
-                x,
-                nnz,
-                groups,
-                tables.windows,
-                tiling.splits,
+            block_m, width, tiles, splits, per_split = grid(
                 _WIDE_ROWS,
-                out_features,
-                bands,
-                input_bytes,
-                per_sm,
-                None if vector_rows else _TILE_PROGRAMS_RESIDENT_PER_SM,
+                resident_per_sm=None if vector_rows else _TILE_PROGRAMS_RESIDENT_PER_SM,
                 fewest_waves=not vector_rows,
             )
     if plan is None:
