@@ -899,12 +899,14 @@ def test_transpose_stores_vectors_in_float32_and_half_types_with_two_bands_or_sh
             (F16, multiple_half, two_bands_half),
         ):
             z = torch.empty(3, width, dtype=dtype)
-            assert windowed._z_multiple(width, offset, z, 0, z, 0, 1, 17) == want, (width, offset, dtype)
-            assert windowed._z_multiple(width, offset, z, 0, z, 0, 2, 17) == want_two_bands, (width, offset, dtype)
-            assert windowed._z_multiple(width, offset, z, 0, z, 0, 2, 16) == multiple_f32, (width, offset, dtype)
-            assert windowed._z_multiple(width, offset, z, 0, z, 0, 1, 16) == multiple_f32, (width, offset, dtype)
+            rows = windowed._z_row_multiple(width, offset, z, 0, z, 0)
+            size = z.element_size()
+            assert windowed._z_multiple(rows, size, 1, 17) == want, (width, offset, dtype)
+            assert windowed._z_multiple(rows, size, 2, 17) == want_two_bands, (width, offset, dtype)
+            assert windowed._z_multiple(rows, size, 2, 16) == multiple_f32, (width, offset, dtype)
+            assert windowed._z_multiple(rows, size, 1, 16) == multiple_f32, (width, offset, dtype)
     z, sums = torch.empty(3, 1024), torch.empty(3, 1000)
-    assert windowed._z_multiple(1024, 0, z, 0, sums, 24, 1, 100) == 8  # the partials' stride and first column count
+    assert windowed._z_row_multiple(1024, 0, z, 0, sums, 24) == 8  # the partials' stride and first column count
 
 
 @triton.jit

@@ -1076,8 +1076,9 @@ def _unfolds_y(y: torch.Tensor, in_features: int, bands: int, nnz: int) -> bool:
     2500-7000 (NOTES.md, "Any k", item 27): 16 and 32 x 2**24 unfolded 0.98-1.03x the lattice k
     above, padded 1.02-1.34x; 64-256 rows unfolded 0.99-1.03x, padded 0.80-0.85x. H200 (NOTES.md,
     "Any k", items 29 and 30): four bands with Z 1.05-1.77x y's columns, 65536 x 2**14 k =
-    9268-15629, 0.86-0.98 (the H100 had measured 0.92-1.04 there); two bands with Z 2.05-2.98x y's columns and y's rows off 16, 65536 x 2**14 k = 5500-7774, 16384 x
-    12000 k = 4500 / 5800 and 131072 x 8192 k = 3000 / 3522, 0.89-0.96 (the H100 1.07 at k = 7774)."""
+    9268-15629, 0.86-0.98 (the H100 had measured 0.92-1.04 there); two bands with Z 2.05-2.98x y's
+    columns and y's rows off 16, 65536 x 2**14 k = 5500-7774, 16384 x 12000 k = 4500 / 5800 and
+    131072 x 8192 k = 3000 / 3522, 0.89-0.96 (the H100 1.07 at k = 7774)."""
     if _fold(y.shape[1], nnz) == 0:
         return False
     n, k = y.shape
@@ -1207,12 +1208,9 @@ def _transpose_slab(n: int, windows: int, groups: int) -> tuple[int, int]:
     return rows, max(1, min(groups, budget // (group_bytes * rows)))
 
 
-def _z_multiple(
-    in_features: int, column_offset: int, out, out_col0: int, partial, partial_col0: int, bands: int, groups: int
-) -> int:
-    """The transpose kernel's MULTIPLE: the largest power of two up to 16 dividing z's width, the
-    column offset and the row strides and first columns of ``out`` and ``partial``, so that Z's rows
-    store in vectors. Half types below 16 only with at most 16 groups per program (``groups``), or
+def _z_multiple(row_multiple: int, element_size: int, bands: int, groups: int) -> int:
+    """The transpose kernel's MULTIPLE: ``row_multiple`` (:func:`_z_row_multiple`, where Z's chunks
+    start), so that Z's rows store in vectors of elements of ``element_size`` bytes. Half types below 16 only with at most 16 groups per program (``groups``), or
     with two bands or more on rows on 16 bytes; otherwise element stores. H200 (benchmarks/NOTES.md,
     "Any d"): float32 rows off 16 elements took 0.88-0.96x the time of element stores in 16- and
     32-byte vectors; half-type ones 0.73-0.91x with short runs (2**20 x 300 -> 256 1.41 -> 1.09x the
@@ -1221,11 +1219,9 @@ def _z_multiple(
     band and 40-128 groups (65536 x 16376 -> 1024 1.32 -> 2.29x), their 32-byte chunks then writing
     two sectors half each with one store, and 1.18-1.36x with two bands on 8 bytes and 256-3972
     groups (256 x 2048 -> 2**24 - 4 1.67 -> 2.11x, 4096 x 4096 -> 2**17 - 4 1.40 -> 1.70x)."""
-    multiple = _z_row_multiple(in_features, column_offset, out, out_col0, partial, partial_col0)
-    element_size = out.element_size()
-    if element_size == 4 or multiple == 16 or groups <= _HALF_VECTOR_STORES_MAX_GROUPS:
-        return multiple
-    return multiple if bands >= 2 and multiple * element_size >= 16 else 1
+    if element_size == 4 or row_multiple == 16 or groups <= _HALF_VECTOR_STORES_MAX_GROUPS:
+        return row_multiple
+    return row_multiple if bands >= 2 and row_multiple * element_size >= _ROW_ALIGNMENT_BYTES else 1
 
 
 def _z_row_multiple(in_features: int, column_offset: int, out, out_col0: int, partial, partial_col0: int) -> int:
@@ -1342,9 +1338,7 @@ def _transpose_band(
         PAIRED=paired,
         PIPELINED=pipelined,
         PARTIAL_FIRST=_partial_first(y.dtype),
-        MULTIPLE=_z_multiple(
-            in_features, column_offset, out, out_col0, partial, partial_col0, spec.band_count(nnz), per_split
-        ),
+        MULTIPLE=_z_multiple(row_multiple, out.element_size(), spec.band_count(nnz), per_split),
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
