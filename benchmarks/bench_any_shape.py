@@ -167,6 +167,15 @@ FEW_ROW_TILE_D_CASES = [
 ]
 
 
+#: Transposes whose chunks share 32-byte sectors between windows' programs, which twin windows
+#: (``windowed._twins_windows``): k = 256 has two windows, with 128 groups per program at d = 4095;
+#: float32 rows of 16380 start on 16 bytes, half of them off 32.
+SHARED_SECTOR_D_CASES = [
+    (2**18, 4095, 256),
+    (2**16, 16380, 1024),
+]
+
+
 def ragged_inputs(n: int, d: int, dtype: torch.dtype):
     """(label, x, column_offset) variants of an n x d input. For d off 16 bytes: contiguous rows of
     d, rows of d on a padded row stride (d + 3), and an aligned input read from column offset 5. For
@@ -188,7 +197,7 @@ def any_d_section(args, bw: float, lines: list[str]) -> bool:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     met = True
-    for n, d, k in ANY_D_CASES + ROUND_D_CASES + FEW_ROW_TILE_D_CASES:
+    for n, d, k in ANY_D_CASES + ROUND_D_CASES + FEW_ROW_TILE_D_CASES + SHARED_SECTOR_D_CASES:
         for dtype_name in args.dtypes.split(","):
             dtype = DTYPES[dtype_name]
             aligned = d // 16 * 16

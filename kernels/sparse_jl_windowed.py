@@ -1789,14 +1789,21 @@ def _transpose_steps(
     PAIRED: tl.constexpr,
     PIPELINED: tl.constexpr,
     PARTIAL_FIRST: tl.constexpr,
+    TWINS: tl.constexpr,
 ):
     """Z's chunks at ``window`` in ``band`` of the groups at positions [first_group, g_end), GROUPS
     per step, from the loop-invariant y operands (hi, mid, lo). With PAIRED (band 0, positions in
     the order table's order, all sharing one shift) the same chunks' band-1 terms too, from
     (hi1, mid1, lo1): a chunk's band-1 window differs from its band-0 one, the chunk does not. With
-    PIPELINED a step's loads (the order table and rotations, then the words) are issued one and two
-    steps ahead, as in ``_sum_steps_pipelined``."""
+    TWINS (one band, no partial) also the chunks at window + 1, from (hi1, mid1, lo1), each stored
+    right after its neighbour at window a, so that the 32-byte sectors the two share are written
+    by one program at once (none past the last window). With PIPELINED a step's loads (the order
+    table and rotations, then the words) are issued one and two steps ahead, as in
+    ``_sum_steps_pipelined``."""
+    tl.static_assert(not TWINS or not (PAIRED or ADD_PARTIAL))
     zeros = tl.zeros((WINDOW * GROUPS, BLOCK_M) if TILE_LEFT else (BLOCK_M, WINDOW * GROUPS), dtype=tl.float32)
+    twin = window + 1
+    twin_end = tl.where(twin < windows, g_end, 0)  # no twin past the last window
     if PIPELINED:
         c0, c1, c2, c3 = _step_chunks(
             rotations_ptr, order_ptr, first_group, g_end, window, windows, band, BANDS, GROUPS, PAIRED
@@ -1804,8 +1811,21 @@ def _transpose_steps(
         cols, mask_d = _step_columns(c0, c1, c2, c3, first_group, g_end, windows, group_base, column_offset, d, GROUPS)
         w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
         v0, v1, v2, v3 = w0, w1, w2, w3
+        e0, e1, e2, e3 = c0, c1, c2, c3
+        twin_cols, twin_mask_d = cols, mask_d
         if PAIRED:
             v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
+        if TWINS:
+            e0, e1, e2, e3 = _step_chunks(
+                rotations_ptr, order_ptr, first_group, g_end, twin, windows, band, BANDS, GROUPS, False
+            )
+            twin_cols, twin_mask_d = _step_columns(
+                e0, e1, e2, e3, first_group, twin_end, windows, group_base, column_offset, d, GROUPS
+            )
+            v0, v1, v2, v3 = _step_words(words_ptr, e0, e1, e2, e3, offs_q, band, NNZ, BLOCKS, GROUPS)
+            e0, e1, e2, e3 = _step_chunks(
+                rotations_ptr, order_ptr, first_group + GROUPS, g_end, twin, windows, band, BANDS, GROUPS, False
+            )
         c0, c1, c2, c3 = _step_chunks(
             rotations_ptr, order_ptr, first_group + GROUPS, g_end, window, windows, band, BANDS, GROUPS, PAIRED
         )
@@ -1827,18 +1847,32 @@ def _transpose_steps(
             tile1 = tile
             if PAIRED:
                 tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, 1, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
+            if TWINS:
+                tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
             next_cols, next_mask_d = _step_columns(
                 c0, c1, c2, c3, first + GROUPS, g_end, windows, group_base, column_offset, d, GROUPS
             )
+            next_twin_cols, next_twin_mask_d = next_cols, next_mask_d
             w0, w1, w2, w3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, band, NNZ, BLOCKS, GROUPS)
             if PAIRED:
                 v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
+            if TWINS:
+                next_twin_cols, next_twin_mask_d = _step_columns(
+                    e0, e1, e2, e3, first + GROUPS, twin_end, windows, group_base, column_offset, d, GROUPS
+                )
+                v0, v1, v2, v3 = _step_words(words_ptr, e0, e1, e2, e3, offs_q, band, NNZ, BLOCKS, GROUPS)
+                e0, e1, e2, e3 = _step_chunks(
+                    rotations_ptr, order_ptr, first + 2 * GROUPS, g_end, twin, windows, band, BANDS, GROUPS, False
+                )
             c0, c1, c2, c3 = _step_chunks(
                 rotations_ptr, order_ptr, first + 2 * GROUPS, g_end, window, windows, band, BANDS, GROUPS, PAIRED
             )
             z = _tile_dot(tile.to(DOT_DTYPE), hi, mid, lo, zeros, FP32_PASSES, TILE_LEFT)
             if PAIRED:
                 z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
+            z1 = zeros
+            if TWINS:
+                z1 = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, zeros, FP32_PASSES, TILE_LEFT)
             _store_chunks(
                 out_ptr,
                 partial_ptr,
@@ -1859,8 +1893,31 @@ def _transpose_steps(
                 ADD_PARTIAL,
                 PARTIAL_FIRST,
             )
+            if TWINS:
+                _store_chunks(
+                    out_ptr,
+                    partial_ptr,
+                    zeros,
+                    z1,
+                    offs_m,
+                    mask_m,
+                    twin_cols,
+                    twin_mask_d,
+                    out_col0,
+                    partial_col0,
+                    scale,
+                    stride_om,
+                    stride_od,
+                    stride_pm,
+                    stride_pd,
+                    TILE_LEFT,
+                    False,
+                    False,
+                )
             cols = next_cols
             mask_d = next_mask_d
+            twin_cols = next_twin_cols
+            twin_mask_d = next_twin_mask_d
     else:
         for first in range(first_group, g_end, GROUPS):
             c0, c1, c2, c3 = _step_chunks(
@@ -1887,6 +1944,18 @@ def _transpose_steps(
                 v0, v1, v2, v3 = _step_words(words_ptr, c0, c1, c2, c3, offs_q, 1, NNZ, BLOCKS, GROUPS)
                 tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, 1, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
                 z = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, z, FP32_PASSES, TILE_LEFT)
+            z1 = zeros
+            twin_cols, twin_mask_d = cols, mask_d
+            if TWINS:
+                e0, e1, e2, e3 = _step_chunks(
+                    rotations_ptr, order_ptr, first, g_end, twin, windows, band, BANDS, GROUPS, False
+                )
+                twin_cols, twin_mask_d = _step_columns(
+                    e0, e1, e2, e3, first, twin_end, windows, group_base, column_offset, d, GROUPS
+                )
+                v0, v1, v2, v3 = _step_words(words_ptr, e0, e1, e2, e3, offs_q, band, NNZ, BLOCKS, GROUPS)
+                tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
+                z1 = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, zeros, FP32_PASSES, TILE_LEFT)
             _store_chunks(
                 out_ptr,
                 partial_ptr,
@@ -1907,6 +1976,27 @@ def _transpose_steps(
                 ADD_PARTIAL,
                 PARTIAL_FIRST,
             )
+            if TWINS:
+                _store_chunks(
+                    out_ptr,
+                    partial_ptr,
+                    zeros,
+                    z1,
+                    offs_m,
+                    mask_m,
+                    twin_cols,
+                    twin_mask_d,
+                    out_col0,
+                    partial_col0,
+                    scale,
+                    stride_om,
+                    stride_od,
+                    stride_pm,
+                    stride_pd,
+                    TILE_LEFT,
+                    False,
+                    False,
+                )
 
 
 @triton.jit
@@ -1952,6 +2042,7 @@ def sparse_jl_windowed_transpose_kernel(
     PIPELINED: tl.constexpr,
     PARTIAL_FIRST: tl.constexpr,
     MULTIPLE: tl.constexpr,
+    TWINS: tl.constexpr,
 ):
     """Z = Y S for the chunks that land in window a, GROUPS groups' chunks per dot. Grid:
     (cdiv(n, BLOCK_M) * A, splits); splits own disjoint ranges of groups, so every output column is
@@ -1972,14 +2063,21 @@ def sparse_jl_windowed_transpose_kernel(
     has an N of 16 per group and a tile to stage through shared memory on every step.
 
     MULTIPLE divides d, the column offset, out_col0, partial_col0 and the row strides of ``out`` and
-    ``partial`` (:func:`_multiple`), so Z's rows store in vectors where those allow."""
+    ``partial`` (:func:`_multiple`), so Z's rows store in vectors where those allow.
+
+    TWINS (one band): each program takes windows 2a and 2a + 1 (``_transpose_steps``); grid axis 0
+    is then cdiv(n, BLOCK_M) * cdiv(A, 2)."""
     d = _multiple(d, MULTIPLE)
     column_offset = _multiple(column_offset, MULTIPLE)
     out_col0 = _multiple(out_col0, MULTIPLE)
     partial_col0 = _multiple(partial_col0, MULTIPLE)
     stride_om = _multiple(stride_om, MULTIPLE)
     stride_pm = _multiple(stride_pm, MULTIPLE)
-    window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
+    if TWINS:
+        pair, _, pid_s, offs_m, mask_m = _program_tile(n, (windows + 1) // 2, BLOCK_M, 1)
+        window = 2 * pair
+    else:
+        window, _, pid_s, offs_m, mask_m = _program_tile(n, windows, BLOCK_M, 1)
     offs_q = tl.arange(0, WIDTH)
     g_begin = g_first + pid_s * groups_per_split
     g_end = tl.minimum(g_begin + groups_per_split, g_last)
@@ -2068,6 +2166,7 @@ def sparse_jl_windowed_transpose_kernel(
                     True,
                     PIPELINED,
                     False,
+                    False,
                 )
     else:
         hi, mid, lo = _band_operand(
@@ -2089,13 +2188,34 @@ def sparse_jl_windowed_transpose_kernel(
             DOT_DTYPE,
             TILE_LEFT,
         )
+        hi1, mid1, lo1 = hi, mid, lo
+        if TWINS:  # past the last window the twin reads window a again; its stores are masked
+            hi1, mid1, lo1 = _band_operand(
+                y_ptr,
+                offs_m,
+                mask_m,
+                offs_q,
+                tl.minimum(window + 1, windows - 1),
+                windows,
+                band,
+                stride_ym,
+                stride_yk,
+                out_features,
+                NNZ,
+                BLOCKS,
+                BANDS,
+                FOLDS,
+                FP32_PASSES,
+                DOT_DTYPE,
+                TILE_LEFT,
+            )
         _transpose_steps(
             hi,
             mid,
             lo,
-            hi,
-            mid,
-            lo,
+            hi1,
+            mid1,
+            lo1,
             words_ptr,
             rotations_ptr,
             order_ptr,
@@ -2131,4 +2251,5 @@ def sparse_jl_windowed_transpose_kernel(
             False,
             PIPELINED,
             PARTIAL_FIRST,
+            TWINS,
         )

@@ -37,8 +37,9 @@ FAMILIES = {
 }
 
 
-def _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps):
-    """The windowed transpose kernel's specialisations for one band pass and its steps."""
+def _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps, twins=False):
+    """The windowed transpose kernel's specialisations for one band pass and its steps; ``twins``:
+    programs over two windows (``windowed._twins_windows``)."""
     import torch
 
     from sjlt.ops import windowed
@@ -76,6 +77,7 @@ def _transpose_variants(dtype, out_type, common, const, add_partial, paired, tra
                 "PIPELINED": pipelined,
                 "PARTIAL_FIRST": windowed._partial_first(torch_dtype),
                 "MULTIPLE": 4 if pipelined else 1,
+                "TWINS": twins,
             },
         )
 
@@ -289,6 +291,15 @@ def _variants():
                 if dtype == "fp32" and passes == 3 and nnz in (16, 8) and (bands == 1 or paired):  # sweeps' steps
                     transpose_steps += [(2, False, False), (2, False, True), (4, True, not transpose_steps[0][2])]
                 yield from _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps)
+            if bands == 1:  # twin windows, unpipelined by default
+                twin_steps = [
+                    (
+                        windowed._TRANSPOSE_GROUPS,
+                        windowed._TRANSPOSE_TILE_LEFT,
+                        windowed._transpose_pipelined(torch_dtypes[dtype], bands, False, block_m, twins=True),
+                    )
+                ]
+                yield from _transpose_variants(dtype, dtype, common, const, False, False, twin_steps, twins=True)
     for nnz in (32, 16, 12, 8, 7, 3, 1):
         block, quads = windowed.table_tiling(nnz)
         const = {

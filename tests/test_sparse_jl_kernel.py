@@ -1326,6 +1326,63 @@ def test_shared_sector_rule():
     assert rule(16384, 2, rows, 0, 8, 8, 128) and rule(16384, 0, rows, 2, 8, 8, 128)
 
 
+@pytest.mark.parametrize(
+    *grid(
+        {"dtype": [F32, BF16], "k,d": [(256, 4095), (384, 2083), (1000, 2101)], "pipelined": [None, True, False]},
+        fast=[
+            {"dtype": F32, "k,d": (256, 4095), "pipelined": None},
+            {"dtype": BF16, "k,d": (384, 2083), "pipelined": True},
+        ],
+    )
+)
+def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d, pipelined):
+    """Programs over windows 2a and 2a + 1 (TWINS) write every column once, with the reference's
+    values and the bits of one window per program. k = 256 has two windows (d = 4095: 128 groups
+    per program, which the default twins in float32 where no split shortens them), k = 384 three
+    (the last program's twin lies past the last window and stores nothing), k = 1000 eight with
+    folded rows; an odd offset past 2**33. Outputs start as NaN (``poison_outputs``)."""
+    n, offset, seed = 5, 2**33 + 3, 2**61 + 5
+    nnz = spec.default_nnz(k)
+    z = torch.empty(n, d, dtype=dtype)
+    windows = spec.windows_per_block(k, nnz)
+    assert windowed._twins_windows(windowed._z_row_multiple(d, offset, z, 0, z, 0), 4, nnz, windows, 128) == (
+        windows == 2
+    )
+    y = torch.randn(n, k, generator=rng).to(dtype)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
+    twinned = windowed.transpose(
+        y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(twins=True, pipelined=pipelined)
+    )
+    single = windowed.transpose(
+        y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(twins=False, pipelined=pipelined)
+    )
+    assert _relative_error(twinned, want) <= TOLERANCE[dtype]
+    assert torch.equal(twinned, single)
+
+
+def test_twin_windows_rule():
+    """Twin windows with one band, untwinned runs of over 64 groups, Z's chunks off 32-byte
+    sectors, and either two windows (float32, or half types on rows off 8 bytes) or float32 rows on
+    16 bytes; a Tiling overrides where a block has two windows or more."""
+
+    def rule(width, dtype, windows, groups, nnz=8):
+        z = torch.empty(4, width, dtype=dtype)
+        multiple = windowed._z_row_multiple(width, 0, z, 0, z, 0)
+        return windowed._twins_windows(multiple, z.element_size(), nnz, windows, groups)
+
+    assert rule(4095, F32, 2, 128) and rule(4094, F32, 2, 65) and rule(4092, F32, 2, 512)
+    assert rule(4095, BF16, 2, 128) and rule(4094, BF16, 2, 128)
+    assert not rule(4092, BF16, 2, 128) and not rule(4088, BF16, 2, 128)  # half-type rows on 8 or 16 bytes
+    assert not rule(4096, F32, 2, 128) and not rule(4088, F32, 2, 128)  # chunks on 32 bytes
+    assert not rule(4095, F32, 2, 64)  # short runs
+    assert rule(16380, F32, 8, 128) and rule(16380, F32, 3, 128)  # float32 rows on 16 bytes
+    assert not rule(16383, F32, 8, 128) and not rule(16376, BF16, 8, 128)
+    assert not rule(4095, F32, 2, 128, nnz=16) and not rule(4095, F32, 1, 128)  # two bands, one window
+    assert windowed._twins_windows(1, 4, 8, 8, 1, Tiling(twins=True))
+    assert not windowed._twins_windows(1, 4, 8, 2, 128, Tiling(twins=False))
+    assert not windowed._twins_windows(1, 4, 16, 8, 128, Tiling(twins=True))
+
+
 def test_unfolds_y_rule():
     """y is unfolded where S folds rows (the H100 and H200 measurements in benchmarks/NOTES.md). A half type:
     with two bands or more where Z has 2x y's columns, with one band where it has 8x and y at least
@@ -1366,13 +1423,14 @@ def test_pads_y_rule():
 
 
 def test_transpose_pipelined_rule():
-    """One-band launches pipelined; launches per band never; the two-band launch in float32 with
-    64-row programs only."""
+    """One-band launches pipelined but with twin windows; launches per band never; the two-band
+    launch in float32 with 64-row programs only."""
     rule = windowed._transpose_pipelined
     assert rule(torch.bfloat16, 1, False, 32) and rule(torch.float32, 1, False, 64)
     assert not rule(torch.float32, 2, False, 64) and not rule(torch.float32, 3, False, 64)
     assert rule(torch.float32, 2, True, 64)
     assert not rule(torch.float32, 2, True, 32) and not rule(torch.bfloat16, 2, True, 64)
+    assert not rule(torch.float32, 1, False, 64, twins=True) and not rule(torch.bfloat16, 1, False, 64, twins=True)
 
 
 def test_promotion_rule():

@@ -150,7 +150,8 @@ class Tiling(NamedTuple):
     only with one dot per step); ``shuffle``: whether the windowed forward runs on the CUDA cores
     (``sparse_jl_windowed_shuffle_forward_kernel``) instead of multiplying tiles; ``gluon``: whether
     a half-type windowed forward runs the Gluon kernel (``sparse_jl_windowed_gluon_forward_kernel``;
-    True needs an eligible input and GPU)."""
+    True needs an eligible input and GPU); ``twins``: whether a one-band windowed transpose gives
+    each program two neighbouring windows (ignored with two bands)."""
 
     splits: int | None = None
     blocks: tuple | None = None
@@ -162,6 +163,7 @@ class Tiling(NamedTuple):
     pipelined: bool | None = None
     shuffle: bool | None = None
     gluon: bool | None = None
+    twins: bool | None = None
 
 
 #: Loop steps per run that a forward sums in its own tensor-core accumulator before adding the run

@@ -230,14 +230,16 @@ _TRANSPOSE_TILE_LEFT = True
 _TRANSPOSE_STAGES = 1
 
 
-def _transpose_pipelined(dtype: torch.dtype, bands: int, paired: bool, block_m: int) -> bool:
+def _transpose_pipelined(dtype: torch.dtype, bands: int, paired: bool, block_m: int, twins: bool = False) -> bool:
     """Whether a transpose launch issues each step's loads a step ahead (design 8). H100 sweep
     (``sweep_windowed.py --pipelined``, benchmarks/RESULTS.md): one-band transposes gain up to 1.17x
     (none loses more than 1%); launches per band at d = 4096 (four steps per program) lose 1.04-1.11x;
     the two-band launch gains 1.09-1.12x in float32 with 64-row programs, but loses with 32 rows
-    (1.07x, n = 32) and in bfloat16 (1.25-1.35x)."""
+    (1.07x, n = 32) and in bfloat16 (1.25-1.35x). Twin windows (:func:`_twins_windows`) run out of
+    registers pipelined (255 and spills in float32): H200, float32 with 8 windows 1.62-1.77 ->
+    1.45-1.65x the aligned d unpipelined, two windows within 2% but at d = 4092 (1.22 -> 1.32x)."""
     if bands == 1:
-        return True
+        return not twins
     return paired and dtype == torch.float32 and block_m >= 64
 
 
@@ -1251,6 +1253,36 @@ def _cuts_shared_sector_runs(row_multiple: int, element_size: int, nnz: int, win
     return row_multiple * element_size < _ROW_ALIGNMENT_BYTES
 
 
+def _twins_windows(
+    row_multiple: int, element_size: int, nnz: int, windows: int, groups: int, tiling: Tiling = Tiling()
+) -> bool:
+    """Whether a one-band transpose gives each program windows 2a and 2a + 1 (the kernel's TWINS),
+    so that the 32-byte sectors between their chunks are written by one program: where Z's chunks
+    start off 32 bytes (``row_multiple`` elements of ``element_size`` bytes:
+    :func:`_z_row_multiple`), untwinned programs would walk over _SHARED_SECTOR_MAX_RUN groups
+    (``groups``), and either a block has two windows (twins then own whole groups: no sector is
+    shared) or Z is float32 with rows on 16 bytes (vector stores). H200 (benchmarks/NOTES.md,
+    "Any d"), ratio to the aligned d, untwinned -> twins, on shapes outside the probe: two windows,
+    float32 1.87-2.42 -> 1.32-1.62x, bfloat16 1.85-2.34 -> 1.48-1.67x; float32 rows on 16 bytes
+    with 3-8 windows 1.58-2.50 -> 1.51-1.81x. Not twinned: half types on 8 bytes (1.34 -> 1.46x at
+    262144 x 256 -> 4092) or with four windows or more (65536 x 1024 -> 16383 2.43 -> 2.73x), runs
+    of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052)."""
+    if spec.band_count(nnz) != 1 or windows < 2:
+        return False
+    if tiling.twins is not None:
+        return tiling.twins
+    start_bytes = row_multiple * element_size
+    if groups <= _SHARED_SECTOR_MAX_RUN or start_bytes >= _SECTOR_BYTES:
+        return False
+    if windows == 2:
+        return element_size == 4 or start_bytes < 8
+    return element_size == 4 and start_bytes == _ROW_ALIGNMENT_BYTES
+
+
+#: Z's bytes that the L2 writes back whole; chunks starting off them share sectors with neighbours.
+_SECTOR_BYTES = 32
+
+
 _ROW_ALIGNMENT_BYTES = 16
 #: The groups per one-band program beyond which a transpose of rows off 16 bytes cuts its runs,
 #: the groups per cut run, and the windows per block it needs (:func:`_cuts_shared_sector_runs`).
@@ -1283,8 +1315,12 @@ def _transpose_band(
 
     n = y.shape[0]
     block = tiling.blocks[0] if tiling.blocks else None
-    block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits, block)
     row_multiple = _z_row_multiple(in_features, column_offset, out, out_col0, partial, partial_col0)
+    block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits, block)
+    twins = _twins_windows(row_multiple, out.element_size(), nnz, tables.windows, per_split, tiling)
+    if twins:
+        twin_count = math.ceil(tables.windows / 2)
+        block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, twin_count, tiling.splits, block)
     if tiling.splits is None and _cuts_shared_sector_runs(
         row_multiple, out.element_size(), nnz, tables.windows, per_split
     ):
@@ -1296,7 +1332,7 @@ def _transpose_band(
     tile_left = bool(steps[1]) if len(steps) > 1 else _TRANSPOSE_TILE_LEFT
     pipelined = tiling.pipelined
     if pipelined is None:
-        pipelined = _transpose_pipelined(y.dtype, spec.band_count(nnz), paired, block_m)
+        pipelined = _transpose_pipelined(y.dtype, spec.band_count(nnz), paired, block_m, twins)
     sparse_jl_windowed_transpose_kernel[(tiles, splits)](
         y,
         tables.words,
@@ -1339,6 +1375,7 @@ def _transpose_band(
         PIPELINED=pipelined,
         PARTIAL_FIRST=_partial_first(y.dtype),
         MULTIPLE=_z_multiple(row_multiple, out.element_size(), spec.band_count(nnz), per_split),
+        TWINS=twins,
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
