@@ -10,7 +10,10 @@ store patterns alone, against the same stores into aligned rows:
 - ``group_elem``: a program owns whole groups (8 chunks, 128 columns), element stores;
 - ``group_shift``: whole groups stored as aligned 16-byte vectors, each row's values shifted into
   place by ``tl.gather`` (the previous group's last values fill the first vector);
-- ``group_vec``: the same stores with the values computed in place, i.e. what a free shift reaches.
+- ``group_vec``: the same stores with the values computed in place, i.e. what a free shift reaches;
+- ``pair_split`` / ``pair_joined``: a program owns windows 2p and 2p + 1 (the transpose's twin
+  windows) and writes their two neighbouring chunks of each group as two [64, 16] stores one after
+  the other, or as one [64, 32] store.
 
 Every variant must write the same Z (checked first). Prediction: ``group_vec`` near the aligned
 ``chunk``, ``group_elem`` 2-3x it (NOTES: whole groups with element stores took 2.06 against 0.78
@@ -64,6 +67,24 @@ def group_elem_kernel(z_ptr, n, d, G, BM: tl.constexpr, W: tl.constexpr):
         v = _value(offs_m, cols[None, :])
         mask = (offs_m[:, None] < n) & (cols[None, :] < d)
         tl.store(z_ptr + offs_m[:, None].to(tl.int64) * d + cols[None, :], v.to(z_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def pair_kernel(z_ptr, n, d, G, BM: tl.constexpr, A: tl.constexpr, JOINED: tl.constexpr):
+    """A program per (rows, windows 2p and 2p + 1, range of G groups) writes both chunks of each
+    group: as one [BM, 32] store (JOINED) or as two [BM, 16] stores one after the other."""
+    pid_m = tl.program_id(0)
+    p = tl.program_id(1) % (A // 2)
+    r = tl.program_id(1) // (A // 2)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    rows = offs_m[:, None].to(tl.int64) * d
+    groups = tl.cdiv(d, 16 * A)
+    for g in range(r * G, tl.minimum(r * G + G, groups)):
+        for half in tl.static_range(1 if JOINED else 2):
+            cols = g * 16 * A + p * 32 + half * 16 + tl.arange(0, 32 if JOINED else 16)
+            v = _value(offs_m, cols[None, :])
+            mask = (offs_m[:, None] < n) & (cols[None, :] < d)
+            tl.store(z_ptr + rows + cols[None, :], v.to(z_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -139,6 +160,8 @@ def run(variant, z, G, BM=64):
         chunk_kernel[(triton.cdiv(n, BM), 8 * ranges)](z, n, d, G, BM=BM, A=8)
     elif variant == "group_elem":
         group_elem_kernel[(triton.cdiv(n, BM), ranges)](z, n, d, G, BM=BM, W=W)
+    elif variant.startswith("pair"):
+        pair_kernel[(triton.cdiv(n, BM), 4 * ranges)](z, n, d, G, BM=BM, A=8, JOINED=variant == "pair_joined")
     else:
         full = d // W
         vec = 16 // z.element_size()
@@ -172,7 +195,7 @@ def _check_and_time(n: int, d: int, dtype: torch.dtype, device: str, variants) -
 
 def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    variants = ("chunk", "group_elem", "group_shift", "group_vec")
+    variants = ("chunk", "pair_split", "pair_joined", "group_elem", "group_shift", "group_vec")
     if device == "cpu":
         shapes = [(20, 256, 301), (17, 1024, 1029), (9, 2048, 2045)]
     else:
