@@ -1747,6 +1747,76 @@ def _store_chunks(
 
 
 @triton.jit
+def _store_step(
+    out_ptr,
+    partial_ptr,
+    partial,
+    z,
+    twin_z,
+    offs_m,
+    mask_m,
+    cols,
+    mask_d,
+    twin_cols,
+    twin_mask_d,
+    out_col0,
+    partial_col0,
+    scale,
+    stride_om,
+    stride_od,
+    stride_pm,
+    stride_pd,
+    TILE_LEFT: tl.constexpr,
+    ADD_PARTIAL: tl.constexpr,
+    PARTIAL_FIRST: tl.constexpr,
+    TWINS: tl.constexpr,
+):
+    """A transpose step's stores (``_store_chunks``): its chunks, then with TWINS the twin window's,
+    which add no partial."""
+    _store_chunks(
+        out_ptr,
+        partial_ptr,
+        partial,
+        z,
+        offs_m,
+        mask_m,
+        cols,
+        mask_d,
+        out_col0,
+        partial_col0,
+        scale,
+        stride_om,
+        stride_od,
+        stride_pm,
+        stride_pd,
+        TILE_LEFT,
+        ADD_PARTIAL,
+        PARTIAL_FIRST,
+    )
+    if TWINS:
+        _store_chunks(
+            out_ptr,
+            partial_ptr,
+            partial,  # unread: ADD_PARTIAL is off
+            twin_z,
+            offs_m,
+            mask_m,
+            twin_cols,
+            twin_mask_d,
+            out_col0,
+            partial_col0,
+            scale,
+            stride_om,
+            stride_od,
+            stride_pm,
+            stride_pd,
+            TILE_LEFT,
+            False,
+            False,
+        )
+
+
+@triton.jit
 def _transpose_steps(
     hi,
     mid,
@@ -1873,15 +1943,18 @@ def _transpose_steps(
             z1 = zeros
             if TWINS:
                 z1 = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, zeros, FP32_PASSES, TILE_LEFT)
-            _store_chunks(
+            _store_step(
                 out_ptr,
                 partial_ptr,
                 partial,
                 z,
+                z1,
                 offs_m,
                 mask_m,
                 cols,
                 mask_d,
+                twin_cols,
+                twin_mask_d,
                 out_col0,
                 partial_col0,
                 scale,
@@ -1892,28 +1965,8 @@ def _transpose_steps(
                 TILE_LEFT,
                 ADD_PARTIAL,
                 PARTIAL_FIRST,
+                TWINS,
             )
-            if TWINS:
-                _store_chunks(
-                    out_ptr,
-                    partial_ptr,
-                    zeros,
-                    z1,
-                    offs_m,
-                    mask_m,
-                    twin_cols,
-                    twin_mask_d,
-                    out_col0,
-                    partial_col0,
-                    scale,
-                    stride_om,
-                    stride_od,
-                    stride_pm,
-                    stride_pd,
-                    TILE_LEFT,
-                    False,
-                    False,
-                )
             cols = next_cols
             mask_d = next_mask_d
             twin_cols = next_twin_cols
@@ -1956,15 +2009,18 @@ def _transpose_steps(
                 v0, v1, v2, v3 = _step_words(words_ptr, e0, e1, e2, e3, offs_q, band, NNZ, BLOCKS, GROUPS)
                 tile1 = _stacked_tile(v0, v1, v2, v3, offs_q, band, NNZ, BLOCKS, GROUPS, not TILE_LEFT)
                 z1 = _tile_dot(tile1.to(DOT_DTYPE), hi1, mid1, lo1, zeros, FP32_PASSES, TILE_LEFT)
-            _store_chunks(
+            _store_step(
                 out_ptr,
                 partial_ptr,
                 partial,
                 z,
+                z1,
                 offs_m,
                 mask_m,
                 cols,
                 mask_d,
+                twin_cols,
+                twin_mask_d,
                 out_col0,
                 partial_col0,
                 scale,
@@ -1975,28 +2031,8 @@ def _transpose_steps(
                 TILE_LEFT,
                 ADD_PARTIAL,
                 PARTIAL_FIRST,
+                TWINS,
             )
-            if TWINS:
-                _store_chunks(
-                    out_ptr,
-                    partial_ptr,
-                    zeros,
-                    z1,
-                    offs_m,
-                    mask_m,
-                    twin_cols,
-                    twin_mask_d,
-                    out_col0,
-                    partial_col0,
-                    scale,
-                    stride_om,
-                    stride_od,
-                    stride_pm,
-                    stride_pd,
-                    TILE_LEFT,
-                    False,
-                    False,
-                )
 
 
 @triton.jit
