@@ -1747,6 +1747,34 @@ def _store_chunks(
 
 
 @triton.jit
+def _store_groups(
+    out_ptr, z, twin_z, offs_m, mask_m, cols, mask_d, twin_cols, twin_mask_d, out_col0, scale, stride_om, stride_od
+):
+    """out = scale * z at ``cols`` and scale * twin_z at ``twin_cols`` (both z^T, [16 GROUPS,
+    BLOCK_M]) as one store of each group's two chunks side by side ([GROUPS, 32, BLOCK_M]): with two
+    windows per block they are the whole group, so the store's lanes run along its 32 columns and
+    write each sector of Z in one instruction, however far off 32 bytes the rows start (a chunk
+    stored alone writes parts of two sectors whose other parts come from another store:
+    benchmarks/NOTES.md, "Any d", the store probe on pairs)."""
+    GROUPS: tl.constexpr = z.shape[0] // WINDOW
+    BLOCK_M: tl.constexpr = z.shape[1]
+    first = cols < twin_cols  # window a's chunk comes first in the group (per row of z^T)
+    lead = tl.reshape(tl.where(first[:, None], z, twin_z), (GROUPS, WINDOW, BLOCK_M))
+    follow = tl.reshape(tl.where(first[:, None], twin_z, z), (GROUPS, WINDOW, BLOCK_M))
+    values = tl.reshape(tl.permute(tl.join(lead, follow), (0, 3, 1, 2)), (GROUPS, 2 * WINDOW, BLOCK_M))
+    lead_mask = tl.reshape(tl.where(first, mask_d, twin_mask_d).to(tl.int8), (GROUPS, WINDOW))
+    follow_mask = tl.reshape(tl.where(first, twin_mask_d, mask_d).to(tl.int8), (GROUPS, WINDOW))
+    mask = tl.reshape(tl.permute(tl.join(lead_mask, follow_mask), (0, 2, 1)), (GROUPS, 2 * WINDOW)) != 0
+    group_cols = tl.min(tl.reshape(tl.minimum(cols, twin_cols), (GROUPS, WINDOW)), axis=1)
+    columns = group_cols[:, None] + tl.arange(0, 2 * WINDOW)[None, :]
+    tl.store(
+        out_ptr + offs_m[None, None, :] * stride_om + (columns[:, :, None] - out_col0) * stride_od,
+        (values * scale).to(out_ptr.dtype.element_ty),
+        mask=mask[:, :, None] & mask_m[None, None, :],
+    )
+
+
+@triton.jit
 def _store_step(
     out_ptr,
     partial_ptr,
@@ -1770,9 +1798,29 @@ def _store_step(
     ADD_PARTIAL: tl.constexpr,
     PARTIAL_FIRST: tl.constexpr,
     TWINS: tl.constexpr,
+    WHOLE_GROUPS: tl.constexpr,
 ):
     """A transpose step's stores (``_store_chunks``): its chunks, then with TWINS the twin window's,
-    which add no partial."""
+    which add no partial; with WHOLE_GROUPS (twins of a block's two windows) both as one
+    (``_store_groups``)."""
+    if WHOLE_GROUPS:
+        tl.static_assert(TWINS and TILE_LEFT)
+        _store_groups(
+            out_ptr,
+            z,
+            twin_z,
+            offs_m,
+            mask_m,
+            cols,
+            mask_d,
+            twin_cols,
+            twin_mask_d,
+            out_col0,
+            scale,
+            stride_om,
+            stride_od,
+        )
+        return
     _store_chunks(
         out_ptr,
         partial_ptr,
@@ -1860,6 +1908,7 @@ def _transpose_steps(
     PIPELINED: tl.constexpr,
     PARTIAL_FIRST: tl.constexpr,
     TWINS: tl.constexpr,
+    WHOLE_GROUPS: tl.constexpr,
 ):
     """Z's chunks at ``window`` in ``band`` of the groups at positions [first_group, g_end), GROUPS
     per step, from the loop-invariant y operands (hi, mid, lo). With PAIRED (band 0, positions in
@@ -1966,6 +2015,7 @@ def _transpose_steps(
                 ADD_PARTIAL,
                 PARTIAL_FIRST,
                 TWINS,
+                WHOLE_GROUPS,
             )
             cols = next_cols
             mask_d = next_mask_d
@@ -2032,6 +2082,7 @@ def _transpose_steps(
                 ADD_PARTIAL,
                 PARTIAL_FIRST,
                 TWINS,
+                WHOLE_GROUPS,
             )
 
 
@@ -2079,6 +2130,7 @@ def sparse_jl_windowed_transpose_kernel(
     PARTIAL_FIRST: tl.constexpr,
     MULTIPLE: tl.constexpr,
     TWINS: tl.constexpr,
+    WHOLE_GROUPS: tl.constexpr,
 ):
     """Z = Y S for the chunks that land in window a, GROUPS groups' chunks per dot. Grid:
     (cdiv(n, BLOCK_M) * A, splits); splits own disjoint ranges of groups, so every output column is
@@ -2102,7 +2154,8 @@ def sparse_jl_windowed_transpose_kernel(
     ``partial`` (:func:`_multiple`), so Z's rows store in vectors where those allow.
 
     TWINS (one band): each program takes windows 2a and 2a + 1 (``_transpose_steps``); grid axis 0
-    is then cdiv(n, BLOCK_M) * cdiv(A, 2)."""
+    is then cdiv(n, BLOCK_M) * cdiv(A, 2). WHOLE_GROUPS (TWINS, A = 2, TILE_LEFT): the pair is the
+    whole group, stored at once (``_store_groups``)."""
     d = _multiple(d, MULTIPLE)
     column_offset = _multiple(column_offset, MULTIPLE)
     out_col0 = _multiple(out_col0, MULTIPLE)
@@ -2203,6 +2256,7 @@ def sparse_jl_windowed_transpose_kernel(
                     PIPELINED,
                     False,
                     False,
+                    False,
                 )
     else:
         hi, mid, lo = _band_operand(
@@ -2288,4 +2342,5 @@ def sparse_jl_windowed_transpose_kernel(
             PIPELINED,
             PARTIAL_FIRST,
             TWINS,
+            WHOLE_GROUPS,
         )

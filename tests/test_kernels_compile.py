@@ -37,9 +37,12 @@ FAMILIES = {
 }
 
 
-def _transpose_variants(dtype, out_type, common, const, add_partial, paired, transpose_steps, twins=False):
+def _transpose_variants(
+    dtype, out_type, common, const, add_partial, paired, transpose_steps, twins=False, whole_groups=False
+):
     """The windowed transpose kernel's specialisations for one band pass and its steps; ``twins``:
-    programs over two windows (``windowed._twins_windows``)."""
+    programs over two windows (``windowed._twins_windows``), ``whole_groups`` the two of a block
+    stored at once."""
     import torch
 
     from sjlt.ops import windowed
@@ -78,6 +81,7 @@ def _transpose_variants(dtype, out_type, common, const, add_partial, paired, tra
                 "PARTIAL_FIRST": windowed._partial_first(torch_dtype),
                 "MULTIPLE": 4 if pipelined else 1,
                 "TWINS": twins,
+                "WHOLE_GROUPS": whole_groups,
             },
         )
 
@@ -299,7 +303,10 @@ def _variants():
                         windowed._transpose_pipelined(torch_dtypes[dtype], bands, False, block_m, twins=True),
                     )
                 ]
-                yield from _transpose_variants(dtype, dtype, common, const, False, False, twin_steps, twins=True)
+                for whole_groups in (False, True):
+                    yield from _transpose_variants(
+                        dtype, dtype, common, const, False, False, twin_steps, twins=True, whole_groups=whole_groups
+                    )
     for nnz in (32, 16, 12, 8, 7, 3, 1):
         block, quads = windowed.table_tiling(nnz)
         const = {

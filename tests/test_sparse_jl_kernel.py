@@ -1328,19 +1328,26 @@ def test_shared_sector_rule():
 
 @pytest.mark.parametrize(
     *grid(
-        {"dtype": [F32, BF16], "k,d": [(256, 4095), (384, 2083), (1000, 2101)], "pipelined": [None, True, False]},
+        {
+            "dtype": [F32, BF16],
+            "k,d": [(256, 4095), (384, 2083), (1000, 2101)],
+            "pipelined": [None, True, False],
+            "steps": [None, (2, False)],
+        },
         fast=[
-            {"dtype": F32, "k,d": (256, 4095), "pipelined": None},
-            {"dtype": BF16, "k,d": (384, 2083), "pipelined": True},
+            {"dtype": F32, "k,d": (256, 4095), "pipelined": None, "steps": None},
+            {"dtype": BF16, "k,d": (384, 2083), "pipelined": True, "steps": None},
+            {"dtype": BF16, "k,d": (256, 4095), "pipelined": False, "steps": (2, False)},
         ],
     )
 )
-def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d, pipelined):
+def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d, pipelined, steps):
     """Programs over windows 2a and 2a + 1 (TWINS) write every column once, with the reference's
     values and the bits of one window per program. k = 256 has two windows (d = 4095: 128 groups
-    per program, which the default twins in float32 where no split shortens them), k = 384 three
-    (the last program's twin lies past the last window and stores nothing), k = 1000 eight with
-    folded rows; an odd offset past 2**33. Outputs start as NaN (``poison_outputs``)."""
+    per program, which the default twins in float32 where no split shortens them): the pair is the
+    whole group, stored at once (WHOLE_GROUPS), but not with z untransposed (``steps`` (2, False));
+    k = 384 has three (the last program's twin lies past the last window and stores nothing), k =
+    1000 eight with folded rows; an odd offset past 2**33. Outputs start as NaN (``poison_outputs``)."""
     n, offset, seed = 5, 2**33 + 3, 2**61 + 5
     nnz = spec.default_nnz(k)
     z = torch.empty(n, d, dtype=dtype)
@@ -1351,10 +1358,10 @@ def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d,
     y = torch.randn(n, k, generator=rng).to(dtype)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
     twinned = windowed.transpose(
-        y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(twins=True, pipelined=pipelined)
+        y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(twins=True, pipelined=pipelined, steps=steps)
     )
     single = windowed.transpose(
-        y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(twins=False, pipelined=pipelined)
+        y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(twins=False, pipelined=pipelined, steps=steps)
     )
     assert _relative_error(twinned, want) <= TOLERANCE[dtype]
     assert torch.equal(twinned, single)

@@ -1261,12 +1261,13 @@ def _twins_windows(
     start off 32 bytes (``row_multiple`` elements of ``element_size`` bytes:
     :func:`_z_row_multiple`), untwinned programs would walk over _SHARED_SECTOR_MAX_RUN groups
     (``groups``), and either a block has two windows (twins then own whole groups: no sector is
-    shared) or Z is float32 with rows on 16 bytes (vector stores). H200 (benchmarks/NOTES.md,
-    "Any d"), ratio to the aligned d, untwinned -> twins, on shapes outside the probe: two windows,
-    float32 1.87-2.42 -> 1.32-1.62x, bfloat16 1.85-2.34 -> 1.48-1.67x; float32 rows on 16 bytes
-    with 3-8 windows 1.58-2.50 -> 1.51-1.81x. Not twinned: half types on 8 bytes (1.34 -> 1.46x at
-    262144 x 256 -> 4092) or with four windows or more (65536 x 1024 -> 16383 2.43 -> 2.73x), runs
-    of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052)."""
+    shared, and each group goes out in one store) or Z is float32 with rows on 16 bytes (vector
+    stores). H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d, untwinned -> twins, on
+    shapes outside the probes: two windows float32 1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 ->
+    1.34-1.45x; float32 rows on 16 bytes with 3-8 windows 1.58-2.50 -> 1.51-1.81x. Not twinned:
+    half types on 8 bytes (1.34 -> 1.46x at 262144 x 256 -> 4092) or with four windows or more
+    (65536 x 1024 -> 16383 2.43 -> 2.73x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at
+    2**20 x 256 -> 2052)."""
     if spec.band_count(nnz) != 1 or windows < 2:
         return False
     if tiling.twins is not None:
@@ -1376,6 +1377,7 @@ def _transpose_band(
         PARTIAL_FIRST=_partial_first(y.dtype),
         MULTIPLE=_z_multiple(row_multiple, out.element_size(), spec.band_count(nnz), per_split),
         TWINS=twins,
+        WHOLE_GROUPS=twins and tables.windows == 2 and tile_left,
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
