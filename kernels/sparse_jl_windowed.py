@@ -1914,11 +1914,11 @@ def _transpose_steps(
     per step, from the loop-invariant y operands (hi, mid, lo). With PAIRED (band 0, positions in
     the order table's order, all sharing one shift) the same chunks' band-1 terms too, from
     (hi1, mid1, lo1): a chunk's band-1 window differs from its band-0 one, the chunk does not. With
-    TWINS (one band, no partial) also the chunks at window + 1, from (hi1, mid1, lo1), each stored
-    right after its neighbour at window a, so that the 32-byte sectors the two share are written
-    by one program at once (none past the last window). With PIPELINED a step's loads (the order
-    table and rotations, then the words) are issued one and two steps ahead, as in
-    ``_sum_steps_pipelined``."""
+    TWINS (one band, no partial) also the chunks at window + 1, from (hi1, mid1, lo1), so that one
+    program writes both parts of the 32-byte sectors the two share (none past the last window);
+    ``_store_step`` stores them after window a's, or with WHOLE_GROUPS (two windows) together.
+    With PIPELINED a step's loads (the order table and rotations, then the words) are issued one
+    and two steps ahead, as in ``_sum_steps_pipelined``."""
     tl.static_assert(not TWINS or not (PAIRED or ADD_PARTIAL))
     zeros = tl.zeros((WINDOW * GROUPS, BLOCK_M) if TILE_LEFT else (BLOCK_M, WINDOW * GROUPS), dtype=tl.float32)
     twin = window + 1
