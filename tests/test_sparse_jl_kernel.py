@@ -1344,7 +1344,7 @@ def test_shared_sector_rule():
 def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d, pipelined, steps):
     """Programs over windows 2a and 2a + 1 (TWINS) write every column once, with the reference's
     values and the bits of one window per program. k = 256 has two windows (d = 4095: 128 groups
-    per program, which the default twins in float32 where no split shortens them): the pair is the
+    per program, which the default twins in both dtypes where no split shortens them): the pair is the
     whole group, stored at once (WHOLE_GROUPS), but not with z untransposed (``steps`` (2, False));
     k = 384 has three (the last program's twin lies past the last window and stores nothing), k =
     1000 eight with folded rows; an odd offset past 2**33. Outputs start as NaN (``poison_outputs``)."""
@@ -1352,9 +1352,8 @@ def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d,
     nnz = spec.default_nnz(k)
     z = torch.empty(n, d, dtype=dtype)
     windows = spec.windows_per_block(k, nnz)
-    assert windowed._twins_windows(windowed._z_row_multiple(d, offset, z, 0, z, 0), 4, nnz, windows, 128) == (
-        windows == 2
-    )
+    row_multiple = windowed._z_row_multiple(d, offset, z, 0, z, 0)
+    assert windowed._twins_windows(row_multiple, z.element_size(), nnz, windows, 128) == (windows == 2)
     y = torch.randn(n, k, generator=rng).to(dtype)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
     twinned = windowed.transpose(

@@ -1212,8 +1212,9 @@ def _transpose_slab(n: int, windows: int, groups: int) -> tuple[int, int]:
 
 def _z_multiple(row_multiple: int, element_size: int, bands: int, groups: int) -> int:
     """The transpose kernel's MULTIPLE: ``row_multiple`` (:func:`_z_row_multiple`, where Z's chunks
-    start), so that Z's rows store in vectors of elements of ``element_size`` bytes. Half types below 16 only with at most 16 groups per program (``groups``), or
-    with two bands or more on rows on 16 bytes; otherwise element stores. H200 (benchmarks/NOTES.md,
+    start), so that Z's rows store in vectors of elements of ``element_size`` bytes. Half types
+    below 16 only with at most 16 groups per program (``groups``), or with two bands or more on
+    rows on 16 bytes; otherwise element stores. H200 (benchmarks/NOTES.md,
     "Any d"): float32 rows off 16 elements took 0.88-0.96x the time of element stores in 16- and
     32-byte vectors; half-type ones 0.73-0.91x with short runs (2**20 x 300 -> 256 1.41 -> 1.09x the
     kernel on aligned rows, 2**20 x 1000 -> 1024 1.50 -> 1.06x) or two bands on 16 bytes (65536 x
