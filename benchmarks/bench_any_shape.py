@@ -169,10 +169,13 @@ FEW_ROW_TILE_D_CASES = [
 
 #: Transposes whose chunks share 32-byte sectors between windows' programs, which twin windows
 #: (``windowed._twins_windows``): k = 256 has two windows, with 128 groups per program at d = 4095;
-#: float32 rows of 16380 start on 16 bytes, half of them off 32.
+#: float32 rows of 16380 start on 16 bytes, half of them off 32; k = 512 and 384 have four and
+#: three windows, whose twins store each pair's chunks at once on rows off 8 bytes.
 SHARED_SECTOR_D_CASES = [
     (2**18, 4095, 256),
     (2**16, 16380, 1024),
+    (2**16, 16383, 512),
+    (16384, 65537, 384),
 ]
 
 

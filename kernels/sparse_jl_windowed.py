@@ -1751,11 +1751,12 @@ def _store_groups(
     out_ptr, z, twin_z, offs_m, mask_m, cols, mask_d, twin_cols, twin_mask_d, out_col0, scale, stride_om, stride_od
 ):
     """out = scale * z at ``cols`` and scale * twin_z at ``twin_cols`` (both z^T, [16 GROUPS,
-    BLOCK_M]) as one store of each group's two chunks side by side ([GROUPS, 32, BLOCK_M]): with two
-    windows per block they are the whole group, so the store's lanes run along its 32 columns and
-    write each sector of Z in one instruction, however far off 32 bytes the rows start (a chunk
-    stored alone writes parts of two sectors whose other parts come from another store:
-    benchmarks/NOTES.md, "Any d", the store probe on pairs)."""
+    BLOCK_M]) as one store of each group's two chunks, in column order ([GROUPS, 32, BLOCK_M]). The
+    store's lanes run along the 32 columns, which are contiguous but where window a's chunk is a
+    group's last, so each sector between the two is written in one instruction, however far off 32
+    bytes the rows start (a chunk stored alone writes parts of two sectors whose other parts come
+    from another store: benchmarks/NOTES.md, "Any d", the store probe on pairs); with two windows
+    per block the pair is the whole group and no sector is shared."""
     GROUPS: tl.constexpr = z.shape[0] // WINDOW
     BLOCK_M: tl.constexpr = z.shape[1]
     first = cols < twin_cols  # window a's chunk comes first in the group (per row of z^T)
@@ -1765,8 +1766,9 @@ def _store_groups(
     lead_mask = tl.reshape(tl.where(first, mask_d, twin_mask_d).to(tl.int8), (GROUPS, WINDOW))
     follow_mask = tl.reshape(tl.where(first, twin_mask_d, mask_d).to(tl.int8), (GROUPS, WINDOW))
     mask = tl.reshape(tl.permute(tl.join(lead_mask, follow_mask), (0, 2, 1)), (GROUPS, 2 * WINDOW)) != 0
-    group_cols = tl.min(tl.reshape(tl.minimum(cols, twin_cols), (GROUPS, WINDOW)), axis=1)
-    columns = group_cols[:, None] + tl.arange(0, 2 * WINDOW)[None, :]
+    lead_cols = tl.reshape(tl.where(first, cols, twin_cols), (GROUPS, WINDOW))
+    follow_cols = tl.reshape(tl.where(first, twin_cols, cols), (GROUPS, WINDOW))
+    columns = tl.reshape(tl.permute(tl.join(lead_cols, follow_cols), (0, 2, 1)), (GROUPS, 2 * WINDOW))
     tl.store(
         out_ptr + offs_m[None, None, :] * stride_om + (columns[:, :, None] - out_col0) * stride_od,
         (values * scale).to(out_ptr.dtype.element_ty),
@@ -1798,12 +1800,11 @@ def _store_step(
     ADD_PARTIAL: tl.constexpr,
     PARTIAL_FIRST: tl.constexpr,
     TWINS: tl.constexpr,
-    WHOLE_GROUPS: tl.constexpr,
+    JOINED_PAIRS: tl.constexpr,
 ):
     """A transpose step's stores (``_store_chunks``): its chunks, then with TWINS the twin window's,
-    which add no partial; with WHOLE_GROUPS (twins of a block's two windows) both as one
-    (``_store_groups``)."""
-    if WHOLE_GROUPS:
+    which add no partial; with JOINED_PAIRS both as one (``_store_groups``)."""
+    if JOINED_PAIRS:
         tl.static_assert(TWINS and TILE_LEFT)
         _store_groups(
             out_ptr,
@@ -1908,7 +1909,7 @@ def _transpose_steps(
     PIPELINED: tl.constexpr,
     PARTIAL_FIRST: tl.constexpr,
     TWINS: tl.constexpr,
-    WHOLE_GROUPS: tl.constexpr,
+    JOINED_PAIRS: tl.constexpr,
 ):
     """Z's chunks at ``window`` in ``band`` of the groups at positions [first_group, g_end), GROUPS
     per step, from the loop-invariant y operands (hi, mid, lo). With PAIRED (band 0, positions in
@@ -1916,7 +1917,7 @@ def _transpose_steps(
     (hi1, mid1, lo1): a chunk's band-1 window differs from its band-0 one, the chunk does not. With
     TWINS (one band, no partial) also the chunks at window + 1, from (hi1, mid1, lo1), so that one
     program writes both parts of the 32-byte sectors the two share (none past the last window);
-    ``_store_step`` stores them after window a's, or with WHOLE_GROUPS (two windows) together.
+    ``_store_step`` stores them after window a's, or with JOINED_PAIRS together.
     With PIPELINED a step's loads (the order table and rotations, then the words) are issued one
     and two steps ahead, as in ``_sum_steps_pipelined``."""
     tl.static_assert(not TWINS or not (PAIRED or ADD_PARTIAL))
@@ -2015,7 +2016,7 @@ def _transpose_steps(
                 ADD_PARTIAL,
                 PARTIAL_FIRST,
                 TWINS,
-                WHOLE_GROUPS,
+                JOINED_PAIRS,
             )
             cols = next_cols
             mask_d = next_mask_d
@@ -2082,7 +2083,7 @@ def _transpose_steps(
                 ADD_PARTIAL,
                 PARTIAL_FIRST,
                 TWINS,
-                WHOLE_GROUPS,
+                JOINED_PAIRS,
             )
 
 
@@ -2130,7 +2131,7 @@ def sparse_jl_windowed_transpose_kernel(
     PARTIAL_FIRST: tl.constexpr,
     MULTIPLE: tl.constexpr,
     TWINS: tl.constexpr,
-    WHOLE_GROUPS: tl.constexpr,
+    JOINED_PAIRS: tl.constexpr,
 ):
     """Z = Y S for the chunks that land in window a, GROUPS groups' chunks per dot. Grid:
     (cdiv(n, BLOCK_M) * A, splits); splits own disjoint ranges of groups, so every output column is
@@ -2154,8 +2155,8 @@ def sparse_jl_windowed_transpose_kernel(
     ``partial`` (:func:`_multiple`), so Z's rows store in vectors where those allow.
 
     TWINS (one band): each program takes windows 2a and 2a + 1 (``_transpose_steps``); grid axis 0
-    is then cdiv(n, BLOCK_M) * cdiv(A, 2). WHOLE_GROUPS (TWINS, A = 2, TILE_LEFT): the pair is the
-    whole group, stored at once (``_store_groups``)."""
+    is then cdiv(n, BLOCK_M) * cdiv(A, 2). JOINED_PAIRS (TWINS, TILE_LEFT): each group's two chunks of
+    the pair go out in one store (``_store_groups``); with A = 2 they are the whole group."""
     d = _multiple(d, MULTIPLE)
     column_offset = _multiple(column_offset, MULTIPLE)
     out_col0 = _multiple(out_col0, MULTIPLE)
@@ -2342,5 +2343,5 @@ def sparse_jl_windowed_transpose_kernel(
             PIPELINED,
             PARTIAL_FIRST,
             TWINS,
-            WHOLE_GROUPS,
+            JOINED_PAIRS,
         )

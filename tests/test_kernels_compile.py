@@ -38,11 +38,11 @@ FAMILIES = {
 
 
 def _transpose_variants(
-    dtype, out_type, common, const, add_partial, paired, transpose_steps, twins=False, whole_groups=False
+    dtype, out_type, common, const, add_partial, paired, transpose_steps, twins=False, joined_pairs=False
 ):
     """The windowed transpose kernel's specialisations for one band pass and its steps; ``twins``:
-    programs over two windows (``windowed._twins_windows``), ``whole_groups`` the two of a block
-    stored at once."""
+    programs over two windows (``windowed._twins_windows``), ``joined_pairs`` each group's two
+    chunks of the pair stored at once."""
     import torch
 
     from sjlt.ops import windowed
@@ -81,7 +81,7 @@ def _transpose_variants(
                 "PARTIAL_FIRST": windowed._partial_first(torch_dtype),
                 "MULTIPLE": 4 if pipelined else 1,
                 "TWINS": twins,
-                "WHOLE_GROUPS": whole_groups,
+                "JOINED_PAIRS": joined_pairs,
             },
         )
 
@@ -303,9 +303,9 @@ def _variants():
                         windowed._transpose_pipelined(torch_dtypes[dtype], bands, False, block_m, twins=True),
                     )
                 ]
-                for whole_groups in (False, True):
+                for joined_pairs in (False, True):
                     yield from _transpose_variants(
-                        dtype, dtype, common, const, False, False, twin_steps, twins=True, whole_groups=whole_groups
+                        dtype, dtype, common, const, False, False, twin_steps, twins=True, joined_pairs=joined_pairs
                     )
     for nnz in (32, 16, 12, 8, 7, 3, 1):
         block, quads = windowed.table_tiling(nnz)

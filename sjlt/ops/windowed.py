@@ -1262,13 +1262,17 @@ def _twins_windows(
     start off 32 bytes (``row_multiple`` elements of ``element_size`` bytes:
     :func:`_z_row_multiple`), untwinned programs would walk over _SHARED_SECTOR_MAX_RUN groups
     (``groups``), and either a block has two windows (twins then own whole groups: no sector is
-    shared, and each group goes out in one store) or Z is float32 with rows on 16 bytes (vector
-    stores). H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d, untwinned -> twins, on
-    shapes outside the probes: two windows float32 1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 ->
-    1.34-1.45x; float32 rows on 16 bytes with 3-8 windows 1.58-2.50 -> 1.51-1.81x. Not twinned:
-    half types on 8 bytes (1.34 -> 1.46x at 262144 x 256 -> 4092) or with four windows or more
-    (65536 x 1024 -> 16383 2.43 -> 2.73x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at
-    2**20 x 256 -> 2052)."""
+    shared, and each group goes out in one store), or four with rows off 8 bytes (the pair's
+    chunks go out in one store: :func:`_joins_twin_pairs`), three there with runs over
+    _ODD_JOINED_PAIRS_MIN_RUN, or Z is float32 with rows on 16 bytes (vector stores). H200
+    (benchmarks/NOTES.md, "Any d"), ratio to the aligned d, untwinned -> twins, on shapes outside
+    the probes: two windows float32 1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 -> 1.34-1.45x;
+    float32 rows on 16 bytes with 3-8 windows 1.58-2.50 -> 1.51-1.81x; four windows off 8 bytes
+    (157-16384 groups) float32 1.86-2.43 -> 1.67-2.27x, bfloat16 1.82-2.38 -> 1.62-1.99x; three
+    with 1366 groups 2.89 -> 2.32x / 2.84 -> 2.09x. Not twinned: three windows with 86 and 171
+    groups (1.01-1.04x slower), half types on 8 bytes with two windows (1.34 -> 1.46x at 262144 x
+    256 -> 4092), five windows or more off 16 bytes (65536 x 1024 -> 16383 2.43 -> 2.73x, joined
+    2.48 -> 2.49x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052)."""
     if spec.band_count(nnz) != 1 or windows < 2:
         return False
     if tiling.twins is not None:
@@ -1278,11 +1282,28 @@ def _twins_windows(
         return False
     if windows == 2:
         return element_size == 4 or start_bytes < 8
+    if windows <= _JOINED_PAIRS_MAX_WINDOWS and start_bytes < 8:
+        return windows % 2 == 0 or groups > _ODD_JOINED_PAIRS_MIN_RUN
     return element_size == 4 and start_bytes == _ROW_ALIGNMENT_BYTES
+
+
+def _joins_twin_pairs(windows: int, start_bytes: int) -> bool:
+    """Whether twins store each group's two chunks in one store (the kernel's JOINED_PAIRS), with Z's
+    chunks starting ``start_bytes`` past 32 bytes: with two windows (the whole group) or rows off 8
+    bytes. float32 rows on 16 bytes keep two stores (H200, 65536 x 1024 -> 16380: 1.48x the aligned
+    d, joined 1.64-2.09x)."""
+    return windows == 2 or start_bytes < 8
 
 
 #: Z's bytes that the L2 writes back whole; chunks starting off them share sectors with neighbours.
 _SECTOR_BYTES = 32
+#: The most windows per block with which twins of rows off 8 bytes join their pairs
+#: (:func:`_twins_windows`), and the groups per program of such twins where runs are longer.
+_JOINED_PAIRS_MAX_WINDOWS = 4
+_JOINED_PAIRS_RUN = 32
+#: The groups over which untwinned programs must walk for three windows to twin: the last twin
+#: lies past the last window and multiplies for nothing, which long runs amortise.
+_ODD_JOINED_PAIRS_MIN_RUN = 256
 
 
 _ROW_ALIGNMENT_BYTES = 16
@@ -1320,10 +1341,14 @@ def _transpose_band(
     row_multiple = _z_row_multiple(in_features, column_offset, out, out_col0, partial, partial_col0)
     block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits, block)
     twins = _twins_windows(row_multiple, out.element_size(), nnz, tables.windows, per_split, tiling)
+    joined = twins and _joins_twin_pairs(tables.windows, row_multiple * out.element_size())
     if twins:
         twin_count = math.ceil(tables.windows / 2)
-        block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, twin_count, tiling.splits, block)
-    if tiling.splits is None and _cuts_shared_sector_runs(
+        splits = tiling.splits
+        if splits is None and tables.windows > 2 and joined:
+            splits = max(1, math.ceil((g_last - g_first) / _JOINED_PAIRS_RUN))
+        block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, twin_count, splits, block)
+    elif tiling.splits is None and _cuts_shared_sector_runs(
         row_multiple, out.element_size(), nnz, tables.windows, per_split
     ):
         splits = math.ceil((g_last - g_first) / _SHARED_SECTOR_RUN)
@@ -1378,7 +1403,7 @@ def _transpose_band(
         PARTIAL_FIRST=_partial_first(y.dtype),
         MULTIPLE=_z_multiple(row_multiple, out.element_size(), spec.band_count(nnz), per_split),
         TWINS=twins,
-        WHOLE_GROUPS=twins and tables.windows == 2 and tile_left,
+        JOINED_PAIRS=joined and tile_left,
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
