@@ -1030,8 +1030,8 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
 
 def test_algorithm_rule(monkeypatch):
     """The fixed rule of sjlt.ops.choice: dense for launch-bound inputs with a small S and for half
-    types with k <= 512 within the cache budget and with 16-byte aligned rows (the forward's input,
-    the transpose's output); the kernel otherwise, and always off CUDA."""
+    types with k <= 512 (transposes k <= 256) within the cache budget and with 16-byte aligned rows
+    (the forward's input, the transpose's output); the kernel otherwise, and always off CUDA."""
     from sjlt import backends
     from sjlt.ops import choice
 
@@ -1055,8 +1055,12 @@ def test_algorithm_rule(monkeypatch):
     assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16, row_stride=771), 768, 256) == choice.KERNEL
     assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16, start=2), 768, 256) == choice.KERNEL
     assert choice._rule(_FakeCuda(2**20, 769, torch.bfloat16, row_stride=776), 769, 256) == choice.DENSE
-    assert choice._rule(_FakeCuda(2**20, 267, torch.bfloat16), 768, 267, transpose=True) == choice.DENSE
+    assert choice._rule(_FakeCuda(2**20, 250, torch.bfloat16), 768, 250, transpose=True) == choice.DENSE
     assert choice._rule(_FakeCuda(2**20, 256, torch.bfloat16), 769, 256, transpose=True) == choice.KERNEL
+    # transposes: dense only to k = 256, where cuBLAS is not yet bound by the tensor cores
+    assert choice._rule(_FakeCuda(65536, 256, torch.bfloat16), 4096, 256, transpose=True) == choice.DENSE
+    assert choice._rule(_FakeCuda(65536, 257, torch.float16), 4096, 257, transpose=True) == choice.KERNEL
+    assert choice._rule(_FakeCuda(65536, 512, torch.bfloat16), 4096, 512, transpose=True) == choice.KERNEL
     monkeypatch.setattr(backends, "dense_cache_bytes", 0)
     assert pick(64, 1024, 256, torch.float32) == choice.KERNEL  # the dense algorithm turned off
 

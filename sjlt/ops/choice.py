@@ -6,9 +6,9 @@ steered by two flags in :mod:`sjlt.backends`:
 - ``deterministic`` (default True): the choice is a fixed rule of the call's configuration, so
   the same call gives the same bits run to run. The rule (justified by the sweep in
   benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound calls (little
-  matmul work) whose S is small, and for half-precision inputs with k <= 512 whose S fits the
-  cache budget and whose rows (the forward's input, the transpose's output) are 16-byte aligned,
-  where cuBLAS runs near the memory roofline; the kernel otherwise.
+  matmul work) whose S is small, and for half-precision inputs with k <= 512 (transposes k <= 256)
+  whose S fits the cache budget and whose rows (the forward's input, the transpose's output) are
+  16-byte aligned, where cuBLAS runs near the memory roofline; the kernel otherwise.
 - ``benchmark`` (default False): with ``deterministic=False``, the first call of each
   configuration times every eligible algorithm and the fastest is used for that configuration for
   the rest of the process. Timing noise can then pick differently in another run, which is why
@@ -37,8 +37,12 @@ LAUNCH_BOUND_FLOPS = {torch.float32: 1 << 31, torch.float16: 1 << 34, torch.bflo
 LAUNCH_BOUND_MATRIX_BYTES = 1 << 22
 #: Half-precision projections up to this k run faster as a cuBLAS matmul than in the kernel: the
 #: sweep measured dense 1.0-1.6x faster at k = 64-512 (93-97% of the copy floor at k <= 256) and the
-#: kernel 1.1-1.4x faster at k = 1024 for n >= 65536.
+#: kernel 1.1-1.4x faster at k = 1024 for n >= 65536. Transposes only up to the second k: on the
+#: H200 (benchmarks/NOTES.md, "Algorithm choice on the H200") dense transposes ran 1.10-1.40x the
+#: kernel's time at k = 512 and 1.04-1.11x at k = 384 with d >= 4096 (0.92x at d = 1024), against
+#: 0.62-0.89x at k <= 256; the forwards stay mixed at k = 512 (0.83-1.23x) and dense below.
 HALF_DENSE_MAX_FEATURES = 512
+HALF_DENSE_MAX_TRANSPOSE_FEATURES = 256
 
 DENSE, KERNEL = "dense", "kernel"
 
@@ -80,7 +84,7 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool 
         return DENSE
     if (
         x.dtype in (torch.float16, torch.bfloat16)
-        and out_features <= HALF_DENSE_MAX_FEATURES
+        and out_features <= (HALF_DENSE_MAX_TRANSPOSE_FEATURES if transpose else HALF_DENSE_MAX_FEATURES)
         and (_aligned_output(in_features, x) if transpose else _aligned_rows(x))
         and dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes"))
     ):
