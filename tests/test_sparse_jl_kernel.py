@@ -1030,8 +1030,9 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
 
 def test_algorithm_rule(monkeypatch):
     """The fixed rule of sjlt.ops.choice: dense for launch-bound inputs with a small S and for half
-    types with k <= 512 (transposes k <= 256) within the cache budget and with 16-byte aligned rows
-    (the forward's input, the transpose's output); the kernel otherwise, and always off CUDA."""
+    types with k <= 512 (transposes with a column offset on 16: k <= 256) within the cache budget
+    and with 16-byte aligned rows (the forward's input, the transpose's output); the kernel
+    otherwise, and always off CUDA."""
     from sjlt import backends
     from sjlt.ops import choice
 
@@ -1061,6 +1062,9 @@ def test_algorithm_rule(monkeypatch):
     assert choice._rule(_FakeCuda(65536, 256, torch.bfloat16), 4096, 256, transpose=True) == choice.DENSE
     assert choice._rule(_FakeCuda(65536, 257, torch.float16), 4096, 257, transpose=True) == choice.KERNEL
     assert choice._rule(_FakeCuda(65536, 512, torch.bfloat16), 4096, 512, transpose=True) == choice.KERNEL
+    # ... unless the column offset is off 16: the kernel's chunks then share sectors of Z
+    assert choice._rule(_FakeCuda(65536, 512, torch.bfloat16), 4096, 512, True, column_offset=5) == choice.DENSE
+    assert choice._rule(_FakeCuda(65536, 384, torch.bfloat16), 4096, 384, True, column_offset=32) == choice.KERNEL
     monkeypatch.setattr(backends, "dense_cache_bytes", 0)
     assert pick(64, 1024, 256, torch.float32) == choice.KERNEL  # the dense algorithm turned off
 

@@ -6,8 +6,8 @@ steered by two flags in :mod:`sjlt.backends`:
 - ``deterministic`` (default True): the choice is a fixed rule of the call's configuration, so
   the same call gives the same bits run to run. The rule (justified by the sweep in
   benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound calls (little
-  matmul work) whose S is small, and for half-precision inputs with k <= 512 (transposes k <= 256)
-  whose S fits the cache budget and whose rows (the forward's input, the transpose's output) are
+  matmul work) whose S is small, and for half-precision inputs with k <= 512 (transposes with a
+  column offset on 16: k <= 256) whose S fits the cache budget and whose rows (the forward's input, the transpose's output) are
   16-byte aligned, where cuBLAS runs near the memory roofline; the kernel otherwise.
 - ``benchmark`` (default False): with ``deterministic=False``, the first call of each
   configuration times every eligible algorithm and the fastest is used for that configuration for
@@ -37,10 +37,12 @@ LAUNCH_BOUND_FLOPS = {torch.float32: 1 << 31, torch.float16: 1 << 34, torch.bflo
 LAUNCH_BOUND_MATRIX_BYTES = 1 << 22
 #: Half-precision projections up to this k run faster as a cuBLAS matmul than in the kernel: the
 #: sweep measured dense 1.0-1.6x faster at k = 64-512 (93-97% of the copy floor at k <= 256) and the
-#: kernel 1.1-1.4x faster at k = 1024 for n >= 65536. Transposes only up to the second k: on the
-#: H200 (benchmarks/NOTES.md, "Algorithm choice on the H200") dense transposes ran 1.10-1.40x the
+#: kernel 1.1-1.4x faster at k = 1024 for n >= 65536. Transposes only up to the second k unless the
+#: column offset is off 16 (the kernel's chunks then share sectors of Z): on the H200
+#: (benchmarks/NOTES.md, "Algorithm choice on the H200") dense transposes ran 1.10-1.40x the
 #: kernel's time at k = 512 and 1.04-1.11x at k = 384 with d >= 4096 (0.92x at d = 1024), against
-#: 0.62-0.89x at k <= 256; the forwards stay mixed at k = 512 (0.83-1.23x) and dense below.
+#: 0.62-0.89x at k <= 256, and 0.62-0.70x at k = 384 and 512 with a column offset of 5; the
+#: forwards stay mixed at k = 512 (0.83-1.23x) and dense below.
 HALF_DENSE_MAX_FEATURES = 512
 HALF_DENSE_MAX_TRANSPOSE_FEATURES = 256
 
@@ -61,7 +63,7 @@ def algorithm(
     transpose: bool = False,
 ) -> str:
     """DENSE or KERNEL for the (n, .) CUDA input ``x`` (x is (n, d), or (n, k) for the transpose)."""
-    rule = _rule(x, in_features, out_features, transpose)
+    rule = _rule(x, in_features, out_features, transpose, column_offset)
     if backends.deterministic or not backends.benchmark:
         return rule
     if not dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes")):
@@ -76,7 +78,7 @@ def algorithm(
     return winner
 
 
-def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool = False) -> str:
+def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool = False, column_offset: int = 0) -> str:
     flops = 2 * x.shape[0] * in_features * out_features
     if flops <= LAUNCH_BOUND_FLOPS.get(x.dtype, 0) and dense.eligible(
         x, in_features, out_features, LAUNCH_BOUND_MATRIX_BYTES
@@ -84,12 +86,20 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool 
         return DENSE
     if (
         x.dtype in (torch.float16, torch.bfloat16)
-        and out_features <= (HALF_DENSE_MAX_TRANSPOSE_FEATURES if transpose else HALF_DENSE_MAX_FEATURES)
+        and out_features <= _half_dense_max_features(transpose, column_offset)
         and (_aligned_output(in_features, x) if transpose else _aligned_rows(x))
         and dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes"))
     ):
         return DENSE
     return KERNEL
+
+
+def _half_dense_max_features(transpose: bool, column_offset: int) -> int:
+    """The largest half-type k that runs dense (HALF_DENSE_MAX_FEATURES): for a transpose with the
+    column offset on 16, HALF_DENSE_MAX_TRANSPOSE_FEATURES."""
+    if transpose and column_offset % 16 == 0:
+        return HALF_DENSE_MAX_TRANSPOSE_FEATURES
+    return HALF_DENSE_MAX_FEATURES
 
 
 def _aligned_rows(x: torch.Tensor) -> bool:
