@@ -38,11 +38,11 @@ FAMILIES = {
 
 
 def _transpose_variants(
-    dtype, out_type, common, const, add_partial, paired, transpose_steps, twins=False, joined_pairs=False
+    dtype, out_type, common, const, add_partial, paired, transpose_steps, twins=False, joined=(False, False)
 ):
     """The windowed transpose kernel's specialisations for one band pass and its steps; ``twins``:
-    programs over two windows (``windowed._twins_windows``), ``joined_pairs`` each group's two
-    chunks of the pair stored at once."""
+    programs over two windows (``windowed._twins_windows``), ``joined`` (JOINED_PAIRS, WHOLE_GROUPS):
+    each group's two chunks of the pair stored at once, and whether they are the whole group."""
     import torch
 
     from sjlt.ops import windowed
@@ -81,7 +81,8 @@ def _transpose_variants(
                 "PARTIAL_FIRST": windowed._partial_first(torch_dtype),
                 "MULTIPLE": 4 if pipelined else 1,
                 "TWINS": twins,
-                "JOINED_PAIRS": joined_pairs,
+                "JOINED_PAIRS": joined[0],
+                "WHOLE_GROUPS": joined[1],
             },
         )
 
@@ -303,9 +304,9 @@ def _variants():
                         windowed._transpose_pipelined(torch_dtypes[dtype], bands, False, block_m, twins=True),
                     )
                 ]
-                for joined_pairs in (False, True):
+                for joined in ((False, False), (True, False), (True, True)):
                     yield from _transpose_variants(
-                        dtype, dtype, common, const, False, False, twin_steps, twins=True, joined_pairs=joined_pairs
+                        dtype, dtype, common, const, False, False, twin_steps, twins=True, joined=joined
                     )
     for nnz in (32, 16, 12, 8, 7, 3, 1):
         block, quads = windowed.table_tiling(nnz)

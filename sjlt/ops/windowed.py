@@ -1404,6 +1404,7 @@ def _transpose_band(
         MULTIPLE=_z_multiple(row_multiple, out.element_size(), spec.band_count(nnz), per_split),
         TWINS=twins,
         JOINED_PAIRS=joined and tile_left,
+        WHOLE_GROUPS=joined and tile_left and tables.windows == 2,
         num_warps=tiling.num_warps or _num_warps(block_m, paired),
         num_stages=tiling.num_stages or _TRANSPOSE_STAGES,
     )
