@@ -7,8 +7,9 @@ steered by two flags in :mod:`sjlt.backends`:
   the same call gives the same bits run to run. The rule (justified by the sweep in
   benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound calls (little
   matmul work) whose S is small, and for half-precision inputs with k <= 512 (transposes with a
-  column offset on 16: k <= 256) whose S fits the cache budget and whose rows (the forward's input, the transpose's output) are
-  16-byte aligned, where cuBLAS runs near the memory roofline; the kernel otherwise.
+  column offset on 16: k <= 256) whose S fits the cache budget and whose rows (the forward's input,
+  the transpose's output) are 16-byte aligned, where cuBLAS runs near the memory roofline; the
+  kernel otherwise.
 - ``benchmark`` (default False): with ``deterministic=False``, the first call of each
   configuration times every eligible algorithm and the fastest is used for that configuration for
   the rest of the process. Timing noise can then pick differently in another run, which is why
