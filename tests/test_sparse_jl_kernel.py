@@ -1352,12 +1352,12 @@ def test_shared_sector_rule():
 )
 def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d, pipelined, steps):
     """Programs over windows 2a and 2a + 1 (TWINS) write every column once, with the reference's
-    values, and the bits of one window per program over the same groups. k = 256 has two windows (the pair is the whole
-    group), k = 384 three (the last program's twin lies past the last window and stores nothing),
-    k = 512 four, k = 1000 eight with folded rows; the default twins the first three where runs are
-    long. Rows off 8 bytes store each pair's two chunks at once (JOINED_PAIRS), but not with z
-    untransposed (``steps`` (2, False)). An odd offset past 2**33. Outputs start as NaN
-    (``poison_outputs``)."""
+    values, and the bits of one window per program over the same groups. k = 256 has two windows
+    (the pair is the whole group), k = 384 three (the last program's twin lies past the last window
+    and stores nothing), k = 512 four, k = 1000 eight with folded rows; the default twins the first
+    three where runs are long. Rows off 8 bytes store each pair's two chunks at once
+    (JOINED_PAIRS), but not with z untransposed (``steps`` (2, False)). An odd offset past 2**33.
+    Outputs start as NaN (``poison_outputs``)."""
     n, offset, seed = 5, 2**33 + 3, 2**61 + 5
     nnz = spec.default_nnz(k)
     z = torch.empty(n, d, dtype=dtype)
