@@ -1767,11 +1767,12 @@ def _store_groups(
     BLOCK_M]) as one store of each group's two chunks, in column order ([GROUPS, 32, BLOCK_M]), so
     that each sector between the two is written in one instruction, however far off 32 bytes the
     rows start (a chunk stored alone writes parts of two sectors whose other parts come from another
-    store: benchmarks/NOTES.md, "Any d", the store probe on pairs). WHOLE_GROUPS (two windows per
-    block): the pair is the whole group, its 32 columns contiguous, which the store's addresses say
-    so that its lanes run along them (H200: 1.28-1.29x the aligned d in float32 and 1.46x in bfloat16
-    at 262144 x 256 -> 4095, against 1.38x and 1.70x with the columns of each chunk); otherwise the
-    two chunks are apart where window a's is its group's last, and each column is addressed."""
+    store: benchmarks/NOTES.md, "Any d", the store probe on pairs). The addresses read as runs of
+    16 contiguous columns, so that the store's lanes run along a row's 32 columns: with an address
+    per column they ran down 32 rows, one element each (H200, four windows: 2.02-2.12x the aligned d
+    against 1.66-1.81x). WHOLE_GROUPS (two windows per block): the pair is the whole group, whose 32
+    contiguous columns the addresses say (1.35-1.38x against 1.39-1.50x as two runs of 16).
+    """
     GROUPS: tl.constexpr = z.shape[0] // WINDOW
     BLOCK_M: tl.constexpr = z.shape[1]
     first = cols < twin_cols  # window a's chunk comes first in the group (per row of z^T)
@@ -1781,13 +1782,12 @@ def _store_groups(
     lead_mask = tl.reshape(tl.where(first, mask_d, twin_mask_d).to(tl.int8), (GROUPS, WINDOW))
     follow_mask = tl.reshape(tl.where(first, twin_mask_d, mask_d).to(tl.int8), (GROUPS, WINDOW))
     mask = tl.reshape(tl.permute(tl.join(lead_mask, follow_mask), (0, 2, 1)), (GROUPS, 2 * WINDOW)) != 0
-    if WHOLE_GROUPS:
-        group_cols = tl.min(tl.reshape(tl.minimum(cols, twin_cols), (GROUPS, WINDOW)), axis=1)
-        columns = group_cols[:, None] + tl.arange(0, 2 * WINDOW)[None, :]
-    else:
-        lead_cols = tl.reshape(tl.where(first, cols, twin_cols), (GROUPS, WINDOW))
-        follow_cols = tl.reshape(tl.where(first, twin_cols, cols), (GROUPS, WINDOW))
-        columns = tl.reshape(tl.permute(tl.join(lead_cols, follow_cols), (0, 2, 1)), (GROUPS, 2 * WINDOW))
+    lanes = tl.arange(0, 2 * WINDOW)
+    lead_start = tl.min(tl.reshape(tl.minimum(cols, twin_cols), (GROUPS, WINDOW)), axis=1)
+    columns = lead_start[:, None] + lanes[None, :]
+    if not WHOLE_GROUPS:  # the follow chunk jumps away where window a's chunk is its group's last
+        follow_start = tl.min(tl.reshape(tl.maximum(cols, twin_cols), (GROUPS, WINDOW)), axis=1)
+        columns += (follow_start - lead_start - WINDOW)[:, None] * (lanes[None, :] >= WINDOW)
     tl.store(
         out_ptr + offs_m[None, None, :] * stride_om + (columns[:, :, None] - out_col0) * stride_od,
         (values * scale).to(out_ptr.dtype.element_ty),
