@@ -169,8 +169,9 @@ FEW_ROW_TILE_D_CASES = [
 
 #: Transposes whose chunks share 32-byte sectors between windows' programs, which twin windows
 #: (``windowed._twins_windows``): k = 256 has two windows, with 128 groups per program at d = 4095;
-#: float32 rows of 16380 start on 16 bytes, half of them off 32; k = 512 and 384 have four and
-#: three windows, whose twins store each pair's chunks at once on rows off 8 bytes.
+#: rows of 16380 start on 16 bytes in float32, half of them off 32 (two stores per pair), and on 8
+#: in bfloat16; k = 512 and 384 have four and three windows, whose twins store each pair's chunks
+#: at once on rows off 8 bytes, as k = 1024's eight do in the cases above.
 SHARED_SECTOR_D_CASES = [
     (2**18, 4095, 256),
     (2**16, 16380, 1024),

@@ -1338,32 +1338,42 @@ def test_shared_sector_rule():
     *grid(
         {
             "dtype": [F32, BF16],
-            "k,d": [(256, 4095), (384, 2083), (512, 4099), (1000, 2101)],
+            "k,d,offset": [
+                (256, 4095, 2**33 + 3),
+                (384, 2083, 2**33 + 3),
+                (512, 4099, 2**33 + 3),
+                (1000, 2101, 2**33 + 3),
+                (1024, 4098, 2**33 + 2),
+                (512, 4100, 2**33 + 4),
+            ],
             "pipelined": [None, True, False],
             "steps": [None, (2, False)],
         },
         fast=[
-            {"dtype": F32, "k,d": (256, 4095), "pipelined": None, "steps": None},
-            {"dtype": BF16, "k,d": (384, 2083), "pipelined": True, "steps": None},
-            {"dtype": BF16, "k,d": (256, 4095), "pipelined": False, "steps": (2, False)},
-            {"dtype": F32, "k,d": (512, 4099), "pipelined": None, "steps": None},
+            {"dtype": F32, "k,d,offset": (256, 4095, 2**33 + 3), "pipelined": None, "steps": None},
+            {"dtype": BF16, "k,d,offset": (384, 2083, 2**33 + 3), "pipelined": True, "steps": None},
+            {"dtype": BF16, "k,d,offset": (256, 4095, 2**33 + 3), "pipelined": False, "steps": (2, False)},
+            {"dtype": F32, "k,d,offset": (512, 4099, 2**33 + 3), "pipelined": None, "steps": None},
+            {"dtype": F32, "k,d,offset": (1024, 4098, 2**33 + 2), "pipelined": None, "steps": None},
+            {"dtype": BF16, "k,d,offset": (512, 4100, 2**33 + 4), "pipelined": None, "steps": None},
         ],
     )
 )
-def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d, pipelined, steps):
+def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d, offset, pipelined, steps):
     """Programs over windows 2a and 2a + 1 (TWINS) write every column once, with the reference's
     values, and the bits of one window per program over the same groups. k = 256 has two windows
     (the pair is the whole group), k = 384 three (the last program's twin lies past the last window
-    and stores nothing), k = 512 four, k = 1000 eight with folded rows; the default twins the first
-    three where runs are long. Rows off 8 bytes store each pair's two chunks at once
-    (JOINED_PAIRS), but not with z untransposed (``steps`` (2, False)). An odd offset past 2**33.
-    Outputs start as NaN (``poison_outputs``)."""
-    n, offset, seed = 5, 2**33 + 3, 2**61 + 5
+    and stores nothing), k = 512 four, k = 1000 eight with folded rows, k = 1024 eight; the default
+    twins them all where runs are long. Rows on 8 bytes or off them store each pair's two chunks at
+    once (JOINED_PAIRS), but not with z untransposed (``steps`` (2, False)); offsets past 2**33,
+    odd, or even with rows on 8 bytes in float32 and 4 in bfloat16 (k = 1024), on 16 and 8
+    (k = 512), where the stores are vectors. Outputs start as NaN (``poison_outputs``)."""
+    n, seed = 5, 2**61 + 5
     nnz = spec.default_nnz(k)
     z = torch.empty(n, d, dtype=dtype)
     windows = spec.windows_per_block(k, nnz)
     row_multiple = windowed._z_row_multiple(d, offset, z, 0, z, 0)
-    assert windowed._twins_windows(row_multiple, z.element_size(), nnz, windows, 257) == (windows <= 4)
+    assert windowed._twins_windows(row_multiple, z.element_size(), nnz, windows, 257)
     y = torch.randn(n, k, generator=rng).to(dtype)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
     twinned = windowed.transpose(
@@ -1388,10 +1398,10 @@ def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d,
 
 def test_twin_windows_rule():
     """Twin windows with one band, untwinned runs of over 64 groups, Z's chunks off 32-byte
-    sectors, and either two windows (float32, or half types on rows off 8 bytes), four on rows off
-    8 bytes (three there with runs over 256), or float32 rows on 16 bytes; a Tiling overrides where
-    a block has two windows or more. Twins join each pair's chunks in one store with two windows or
-    rows off 8 bytes."""
+    sectors, and either two windows (float32, or half types on rows off 8 bytes), three or more on
+    rows on 8 bytes or off them, or float32 rows on 16 bytes; a Tiling overrides where a block has
+    two windows or more. Twins join each pair's chunks in one store with two windows or rows on 8
+    bytes or off them."""
 
     def rule(width, dtype, windows, groups, nnz=8):
         z = torch.empty(4, width, dtype=dtype)
@@ -1404,12 +1414,12 @@ def test_twin_windows_rule():
     assert not rule(4096, F32, 2, 128) and not rule(4088, F32, 2, 128)  # chunks on 32 bytes
     assert not rule(4095, F32, 2, 64)  # short runs
     assert rule(16380, F32, 8, 128) and rule(16380, F32, 3, 128)  # float32 rows on 16 bytes
-    assert not rule(16383, F32, 8, 128) and not rule(16376, BF16, 8, 128)
-    assert rule(16383, F32, 4, 128) and rule(16382, BF16, 4, 65) and rule(16383, BF16, 3, 257)  # rows off 8 bytes
-    assert not rule(16383, F32, 5, 128) and not rule(16382, F32, 4, 128) and not rule(16380, BF16, 4, 128)
-    assert not rule(16383, BF16, 4, 64) and not rule(16383, F32, 3, 256)  # three windows need longer runs
+    assert not rule(16376, BF16, 8, 128) and not rule(16376, BF16, 4, 128)  # half types on 16 bytes
+    assert rule(16383, F32, 8, 128) and rule(16383, BF16, 15, 65) and rule(16383, F32, 3, 65)  # rows off 8 bytes
+    assert rule(16382, F32, 4, 128) and rule(16380, BF16, 8, 128) and rule(16380, BF16, 3, 128)  # on 8 bytes
+    assert not rule(16383, BF16, 4, 64) and not rule(16382, F32, 8, 64)  # short runs
     assert windowed._joins_twin_pairs(2, 16) and windowed._joins_twin_pairs(8, 4) and windowed._joins_twin_pairs(3, 2)
-    assert not windowed._joins_twin_pairs(3, 16) and not windowed._joins_twin_pairs(4, 8)
+    assert windowed._joins_twin_pairs(4, 8) and not windowed._joins_twin_pairs(3, 16)
     assert not rule(4095, F32, 2, 128, nnz=16) and not rule(4095, F32, 1, 128)  # two bands, one window
     assert windowed._twins_windows(1, 4, 8, 8, 1, Tiling(twins=True))
     assert not windowed._twins_windows(1, 4, 8, 2, 128, Tiling(twins=False))

@@ -1262,17 +1262,16 @@ def _twins_windows(
     start off 32 bytes (``row_multiple`` elements of ``element_size`` bytes:
     :func:`_z_row_multiple`), untwinned programs would walk over _SHARED_SECTOR_MAX_RUN groups
     (``groups``), and either a block has two windows (twins then own whole groups: no sector is
-    shared, and each group goes out in one store), or four with rows off 8 bytes (the pair's
-    chunks go out in one store: :func:`_joins_twin_pairs`), three there with runs over
-    _ODD_JOINED_PAIRS_MIN_RUN, or Z is float32 with rows on 16 bytes (vector stores). H200
-    (benchmarks/NOTES.md, "Any d"), ratio to the aligned d, untwinned -> twins, on shapes outside
-    the probes: two windows float32 1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 -> 1.34-1.45x;
-    float32 rows on 16 bytes with 3-8 windows 1.58-2.50 -> 1.51-1.81x; four windows off 8 bytes
-    (157-16384 groups) float32 1.86-2.43 -> 1.67-2.27x, bfloat16 1.82-2.38 -> 1.62-1.99x; three
-    with 1366 groups 2.89 -> 2.32x / 2.84 -> 2.09x. Not twinned: three windows with 86 and 171
-    groups (1.01-1.04x slower), half types on 8 bytes with two windows (1.34 -> 1.46x at 262144 x
-    256 -> 4092), five windows or more off 16 bytes (65536 x 1024 -> 16383 2.43 -> 2.73x, joined
-    2.48 -> 2.49x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052)."""
+    shared, and each group goes out in one store), or three or more with rows on 8 bytes or off
+    them (the pair's chunks go out in one store: :func:`_joins_twin_pairs`), or Z is float32 with
+    rows on 16 bytes (vector stores). H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d,
+    untwinned -> twins: two windows float32 1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 ->
+    1.34-1.45x; float32 rows on 16 bytes with 3-8 windows 1.58-2.50 -> 1.51-1.81x; 4-15 windows off
+    8 bytes float32 1.98-2.33 -> 1.62-2.04x, bfloat16 2.21-2.73 -> 1.51-2.09x; on 8 bytes (4-8
+    windows) float32 2.15-2.25 -> 1.70-1.77x, bfloat16 2.21-2.35 -> 1.52-1.66x; three windows 0.91-1.02x
+    the untwinned time with 86-341 groups, 0.67-0.73x with 1366. Not twinned: half types on 8 bytes
+    with two windows (1.34 -> 1.46x at 262144 x 256 -> 4092) and on 16 bytes (65536 x 1024 -> 16376
+    1.37 -> 1.47x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052)."""
     if spec.band_count(nnz) != 1 or windows < 2:
         return False
     if tiling.twins is not None:
@@ -1282,28 +1281,25 @@ def _twins_windows(
         return False
     if windows == 2:
         return element_size == 4 or start_bytes < 8
-    if windows <= _JOINED_PAIRS_MAX_WINDOWS and start_bytes < 8:
-        return windows % 2 == 0 or groups > _ODD_JOINED_PAIRS_MIN_RUN
+    if start_bytes <= _JOINED_PAIRS_MAX_START_BYTES:
+        return True
     return element_size == 4 and start_bytes == _ROW_ALIGNMENT_BYTES
 
 
 def _joins_twin_pairs(windows: int, start_bytes: int) -> bool:
     """Whether twins store each group's two chunks in one store (the kernel's JOINED_PAIRS), with Z's
-    chunks starting ``start_bytes`` past 32 bytes: with two windows (the whole group) or rows off 8
-    bytes. float32 rows on 16 bytes keep two stores (H200, 65536 x 1024 -> 16380: 1.48x the aligned
-    d, joined 1.64-2.09x)."""
-    return windows == 2 or start_bytes < 8
+    chunks starting ``start_bytes`` past 32 bytes: with two windows (the whole group) or rows on 8
+    bytes or off them. float32 rows on 16 bytes keep two stores (H200, 4-8 windows: 1.49-1.73x the
+    aligned d, joined 1.59-1.74x)."""
+    return windows == 2 or start_bytes <= _JOINED_PAIRS_MAX_START_BYTES
 
 
 #: Z's bytes that the L2 writes back whole; chunks starting off them share sectors with neighbours.
 _SECTOR_BYTES = 32
-#: The most windows per block with which twins of rows off 8 bytes join their pairs
+#: Where Z's chunks start at most this far past 32 bytes, twins join their pairs
 #: (:func:`_twins_windows`), and the groups per program of such twins where runs are longer.
-_JOINED_PAIRS_MAX_WINDOWS = 4
+_JOINED_PAIRS_MAX_START_BYTES = 8
 _JOINED_PAIRS_RUN = 32
-#: The groups over which untwinned programs must walk for three windows to twin: the last twin
-#: lies past the last window and multiplies for nothing, which long runs amortise.
-_ODD_JOINED_PAIRS_MIN_RUN = 256
 
 
 _ROW_ALIGNMENT_BYTES = 16
