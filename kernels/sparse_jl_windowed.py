@@ -1769,10 +1769,9 @@ def _store_groups(
     rows start (a chunk stored alone writes parts of two sectors whose other parts come from another
     store: benchmarks/NOTES.md, "Any d", the store probe on pairs). The addresses read as runs of
     16 contiguous columns, so that the store's lanes run along a row's 32 columns: with an address
-    per column they ran down 32 rows, one element each (H200, four windows: 2.02-2.12x the aligned d
-    against 1.66-1.81x). WHOLE_GROUPS (two windows per block): the pair is the whole group, whose 32
-    contiguous columns the addresses say (1.35-1.38x against 1.39-1.50x as two runs of 16).
-    """
+    per column they ran down 32 rows, one element each (H200, four windows: 1.90-2.14x the aligned d
+    against 1.55-1.96x). WHOLE_GROUPS (two windows per block): the pair is the whole group, whose 32
+    contiguous columns the addresses say (1.34-1.38x against 1.39-1.50x as two runs of 16)."""
     GROUPS: tl.constexpr = z.shape[0] // WINDOW
     BLOCK_M: tl.constexpr = z.shape[1]
     first = cols < twin_cols  # window a's chunk comes first in the group (per row of z^T)

@@ -1267,8 +1267,8 @@ def _twins_windows(
     rows on 16 bytes (vector stores). H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d,
     untwinned -> twins: two windows float32 1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 ->
     1.34-1.45x; float32 rows on 16 bytes with 3-8 windows 1.58-2.50 -> 1.51-1.81x; 4-15 windows off
-    8 bytes float32 1.98-2.33 -> 1.62-2.04x, bfloat16 2.21-2.73 -> 1.51-2.09x; on 8 bytes (4-8
-    windows) float32 2.15-2.25 -> 1.70-1.77x, bfloat16 2.21-2.35 -> 1.52-1.66x; three windows 0.91-1.02x
+    8 bytes float32 1.98-2.33 -> 1.62-2.18x, bfloat16 2.02-2.73 -> 1.51-2.09x; on 8 bytes (4-8
+    windows) float32 2.15-2.25 -> 1.70-1.77x, bfloat16 2.18-2.35 -> 1.52-1.66x; three windows 0.91-1.02x
     the untwinned time with 86-341 groups, 0.67-0.73x with 1366. Not twinned: half types on 8 bytes
     with two windows (1.34 -> 1.46x at 262144 x 256 -> 4092) and on 16 bytes (65536 x 1024 -> 16376
     1.37 -> 1.47x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052)."""
