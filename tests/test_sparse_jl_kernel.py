@@ -1364,16 +1364,16 @@ def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d,
     values, and the bits of one window per program over the same groups. k = 256 has two windows
     (the pair is the whole group), k = 384 three (the last program's twin lies past the last window
     and stores nothing), k = 512 four, k = 1000 eight with folded rows, k = 1024 eight; the default
-    twins them all where runs are long. Rows on 8 bytes or off them store each pair's two chunks at
-    once (JOINED_PAIRS), but not with z untransposed (``steps`` (2, False)); offsets past 2**33,
-    odd, or even with rows on 8 bytes in float32 and 4 in bfloat16 (k = 1024), on 16 and 8
-    (k = 512), where the stores are vectors. Outputs start as NaN (``poison_outputs``)."""
+    twins them all where runs are long in 64-row programs. Rows on 8 bytes or off them store each
+    pair's two chunks at once (JOINED_PAIRS), but not with z untransposed (``steps`` (2, False));
+    offsets past 2**33, odd, or even with rows on 8 bytes in float32 and 4 in bfloat16 (k = 1024),
+    on 16 and 8 (k = 512), where the stores are vectors. Outputs start as NaN (``poison_outputs``)."""
     n, seed = 5, 2**61 + 5
     nnz = spec.default_nnz(k)
     z = torch.empty(n, d, dtype=dtype)
     windows = spec.windows_per_block(k, nnz)
     row_multiple = windowed._z_row_multiple(d, offset, z, 0, z, 0)
-    assert windowed._twins_windows(row_multiple, z.element_size(), nnz, windows, 257)
+    assert windowed._twins_windows(row_multiple, z.element_size(), nnz, windows, 257, 64)
     y = torch.randn(n, k, generator=rng).to(dtype)
     want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
     twinned = windowed.transpose(
@@ -1399,14 +1399,14 @@ def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d,
 def test_twin_windows_rule():
     """Twin windows with one band, untwinned runs of over 64 groups, Z's chunks off 32-byte
     sectors, and either two windows (float32, or half types on rows off 8 bytes), three or more on
-    rows on 8 bytes or off them, or float32 rows on 16 bytes; a Tiling overrides where a block has
-    two windows or more. Twins join each pair's chunks in one store with two windows or rows on 8
+    rows on 8 bytes or off them in programs of 64 rows, or float32 rows on 16 bytes; a Tiling
+    overrides where a block has two windows or more. Twins join each pair's chunks in one store with two windows or rows on 8
     bytes or off them."""
 
-    def rule(width, dtype, windows, groups, nnz=8):
+    def rule(width, dtype, windows, groups, nnz=8, block_m=64):
         z = torch.empty(4, width, dtype=dtype)
         multiple = windowed._z_row_multiple(width, 0, z, 0, z, 0)
-        return windowed._twins_windows(multiple, z.element_size(), nnz, windows, groups)
+        return windowed._twins_windows(multiple, z.element_size(), nnz, windows, groups, block_m)
 
     assert rule(4095, F32, 2, 128) and rule(4094, F32, 2, 65) and rule(4092, F32, 2, 512)
     assert rule(4095, BF16, 2, 128) and rule(4094, BF16, 2, 128)
@@ -1418,12 +1418,14 @@ def test_twin_windows_rule():
     assert rule(16383, F32, 8, 128) and rule(16383, BF16, 15, 65) and rule(16383, F32, 3, 65)  # rows off 8 bytes
     assert rule(16382, F32, 4, 128) and rule(16380, BF16, 8, 128) and rule(16380, BF16, 3, 128)  # on 8 bytes
     assert not rule(16383, BF16, 4, 64) and not rule(16382, F32, 8, 64)  # short runs
+    assert not rule(16383, F32, 8, 128, block_m=32) and not rule(16380, BF16, 3, 128, block_m=16)  # few rows
+    assert rule(4095, BF16, 2, 128, block_m=16) and rule(16380, F32, 8, 128, block_m=32)
     assert windowed._joins_twin_pairs(2, 16) and windowed._joins_twin_pairs(8, 4) and windowed._joins_twin_pairs(3, 2)
     assert windowed._joins_twin_pairs(4, 8) and not windowed._joins_twin_pairs(3, 16)
     assert not rule(4095, F32, 2, 128, nnz=16) and not rule(4095, F32, 1, 128)  # two bands, one window
-    assert windowed._twins_windows(1, 4, 8, 8, 1, Tiling(twins=True))
-    assert not windowed._twins_windows(1, 4, 8, 2, 128, Tiling(twins=False))
-    assert not windowed._twins_windows(1, 4, 16, 8, 128, Tiling(twins=True))
+    assert windowed._twins_windows(1, 4, 8, 8, 1, 16, Tiling(twins=True))
+    assert not windowed._twins_windows(1, 4, 8, 2, 128, 64, Tiling(twins=False))
+    assert not windowed._twins_windows(1, 4, 16, 8, 128, 64, Tiling(twins=True))
 
 
 def test_unfolds_y_rule():

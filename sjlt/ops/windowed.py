@@ -1255,7 +1255,7 @@ def _cuts_shared_sector_runs(row_multiple: int, element_size: int, nnz: int, win
 
 
 def _twins_windows(
-    row_multiple: int, element_size: int, nnz: int, windows: int, groups: int, tiling: Tiling = Tiling()
+    row_multiple: int, element_size: int, nnz: int, windows: int, groups: int, block_m: int, tiling: Tiling = Tiling()
 ) -> bool:
     """Whether a one-band transpose gives each program windows 2a and 2a + 1 (the kernel's TWINS),
     so that the 32-byte sectors between their chunks are written by one program: where Z's chunks
@@ -1263,15 +1263,18 @@ def _twins_windows(
     :func:`_z_row_multiple`), untwinned programs would walk over _SHARED_SECTOR_MAX_RUN groups
     (``groups``), and either a block has two windows (twins then own whole groups: no sector is
     shared, and each group goes out in one store), or three or more with rows on 8 bytes or off
-    them (the pair's chunks go out in one store: :func:`_joins_twin_pairs`), or Z is float32 with
-    rows on 16 bytes (vector stores). H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d,
+    them in programs of _JOINED_PAIRS_MIN_ROWS rows (``block_m``; the pair's chunks go out in one
+    store: :func:`_joins_twin_pairs`), or Z is float32 with rows on 16 bytes (vector stores). H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d,
     untwinned -> twins: two windows float32 1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 ->
     1.34-1.45x; float32 rows on 16 bytes with 3-8 windows 1.58-2.50 -> 1.51-1.81x; 4-15 windows off
     8 bytes float32 1.98-2.33 -> 1.62-2.18x, bfloat16 2.02-2.73 -> 1.51-2.09x; on 8 bytes (4-8
     windows) float32 2.15-2.25 -> 1.70-1.77x, bfloat16 2.18-2.35 -> 1.52-1.66x; three windows 0.91-1.02x
     the untwinned time with 86-341 groups, 0.67-0.73x with 1366. Not twinned: half types on 8 bytes
     with two windows (1.34 -> 1.46x at 262144 x 256 -> 4092) and on 16 bytes (65536 x 1024 -> 16376
-    1.37 -> 1.47x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052)."""
+    1.37 -> 1.47x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052),
+    programs of 16 or 32 rows (n <= 32 at d = 2**22 - 1 and 2**24 - 1, k = 512 and 1024: float32
+    1.13-1.28 -> 1.20-1.62x, bfloat16 0.75-1.44 -> 1.02-1.56x; n = 64-2048 1.72-2.90 -> 1.56-1.96x,
+    n = 48 within 4% either way)."""
     if spec.band_count(nnz) != 1 or windows < 2:
         return False
     if tiling.twins is not None:
@@ -1282,7 +1285,7 @@ def _twins_windows(
     if windows == 2:
         return element_size == 4 or start_bytes < 8
     if start_bytes <= _JOINED_PAIRS_MAX_START_BYTES:
-        return True
+        return block_m >= _JOINED_PAIRS_MIN_ROWS
     return element_size == 4 and start_bytes == _ROW_ALIGNMENT_BYTES
 
 
@@ -1297,8 +1300,10 @@ def _joins_twin_pairs(windows: int, start_bytes: int) -> bool:
 #: Z's bytes that the L2 writes back whole; chunks starting off them share sectors with neighbours.
 _SECTOR_BYTES = 32
 #: Where Z's chunks start at most this far past 32 bytes, twins join their pairs
-#: (:func:`_twins_windows`), and the groups per program of such twins where runs are longer.
+#: (:func:`_twins_windows`); the rows per program they need with three windows or more, and the
+#: groups per program of such twins where runs are longer.
 _JOINED_PAIRS_MAX_START_BYTES = 8
+_JOINED_PAIRS_MIN_ROWS = 64
 _JOINED_PAIRS_RUN = 32
 
 
@@ -1336,7 +1341,7 @@ def _transpose_band(
     block = tiling.blocks[0] if tiling.blocks else None
     row_multiple = _z_row_multiple(in_features, column_offset, out, out_col0, partial, partial_col0)
     block_m, width, tiles, splits, per_split = _grid(y, nnz, g_last - g_first, tables.windows, tiling.splits, block)
-    twins = _twins_windows(row_multiple, out.element_size(), nnz, tables.windows, per_split, tiling)
+    twins = _twins_windows(row_multiple, out.element_size(), nnz, tables.windows, per_split, block_m, tiling)
     joined = twins and _joins_twin_pairs(tables.windows, row_multiple * out.element_size())
     if twins:
         twin_count = math.ceil(tables.windows / 2)
