@@ -1397,11 +1397,11 @@ def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d,
 
 
 def test_twin_windows_rule():
-    """Twin windows with one band, untwinned runs of over 64 groups, Z's chunks off 32-byte
-    sectors, and either two windows (float32, or half types on rows off 8 bytes), three or more on
-    rows on 8 bytes or off them in programs of 64 rows, or float32 rows on 16 bytes; a Tiling
-    overrides where a block has two windows or more. Twins join each pair's chunks in one store with two windows or rows on 8
-    bytes or off them."""
+    """Twin windows with one band, untwinned runs of over 64 groups, Z's chunks off 32-byte sectors,
+    and either two windows (float32, or half types on rows off 8 bytes), three or more on rows on 8
+    bytes or off them in programs of 64 rows, or float32 rows on 16 bytes; a Tiling overrides where
+    a block has two windows or more. Twins join each pair's chunks in one store with two windows or
+    rows on 8 bytes or off them."""
 
     def rule(width, dtype, windows, groups, nnz=8, block_m=64):
         z = torch.empty(4, width, dtype=dtype)

@@ -1262,19 +1262,20 @@ def _twins_windows(
     start off 32 bytes (``row_multiple`` elements of ``element_size`` bytes:
     :func:`_z_row_multiple`), untwinned programs would walk over _SHARED_SECTOR_MAX_RUN groups
     (``groups``), and either a block has two windows (twins then own whole groups: no sector is
-    shared, and each group goes out in one store), or three or more with rows on 8 bytes or off
-    them in programs of _JOINED_PAIRS_MIN_ROWS rows (``block_m``; the pair's chunks go out in one
-    store: :func:`_joins_twin_pairs`), or Z is float32 with rows on 16 bytes (vector stores). H200 (benchmarks/NOTES.md, "Any d"), ratio to the aligned d,
-    untwinned -> twins: two windows float32 1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 ->
-    1.34-1.45x; float32 rows on 16 bytes with 3-8 windows 1.58-2.50 -> 1.51-1.81x; 4-15 windows off
-    8 bytes float32 1.98-2.33 -> 1.62-2.18x, bfloat16 2.02-2.73 -> 1.51-2.09x; on 8 bytes (4-8
-    windows) float32 2.15-2.25 -> 1.70-1.77x, bfloat16 2.18-2.35 -> 1.52-1.66x; three windows 0.91-1.02x
-    the untwinned time with 86-341 groups, 0.67-0.73x with 1366. Not twinned: half types on 8 bytes
-    with two windows (1.34 -> 1.46x at 262144 x 256 -> 4092) and on 16 bytes (65536 x 1024 -> 16376
-    1.37 -> 1.47x), runs of 64 groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052),
-    programs of 16 or 32 rows (n <= 32 at d = 2**22 - 1 and 2**24 - 1, k = 512 and 1024: float32
-    1.13-1.28 -> 1.20-1.62x, bfloat16 0.75-1.44 -> 1.02-1.56x; n = 64-2048 1.72-2.90 -> 1.56-1.96x,
-    n = 48 within 4% either way)."""
+    shared, and each group goes out in one store), or three or more with rows on 8 bytes or off them
+    in programs of _JOINED_PAIRS_MIN_ROWS rows (``block_m``; the pair's chunks go out in one store:
+    :func:`_joins_twin_pairs`), or Z is float32 with rows on 16 bytes (vector stores). H200
+    (benchmarks/NOTES.md, "Any d"), ratio to the aligned d, untwinned -> twins: two windows float32
+    1.46-2.42 -> 1.28-1.58x, bfloat16 1.44-2.30 -> 1.34-1.45x; float32 rows on 16 bytes with 3-8
+    windows 1.58-2.50 -> 1.51-1.81x; 4-15 windows off 8 bytes float32 1.98-2.33 -> 1.62-2.18x,
+    bfloat16 2.02-2.73 -> 1.51-2.09x; on 8 bytes (4-8 windows) float32 2.15-2.25 -> 1.70-1.77x,
+    bfloat16 2.18-2.35 -> 1.52-1.66x; three windows 0.91-1.02x the untwinned time with 86-341
+    groups, 0.67-0.73x with 1366. Not twinned: half types on 8 bytes with two windows (1.34 -> 1.46x
+    at 262144 x 256 -> 4092) and on 16 bytes (65536 x 1024 -> 16376 1.37 -> 1.47x), runs of 64
+    groups or fewer (float32 1.09 -> 1.25x at 2**20 x 256 -> 2052), programs of 16 or 32 rows
+    (n <= 32 at d = 2**22 - 1 and 2**24 - 1, k = 512 and 1024: float32 1.13-1.28 -> 1.20-1.62x,
+    bfloat16 0.75-1.44 -> 1.02-1.56x; n = 64-2048 1.72-2.90 -> 1.56-1.96x, n = 48 within 4% either
+    way)."""
     if spec.band_count(nnz) != 1 or windows < 2:
         return False
     if tiling.twins is not None:
