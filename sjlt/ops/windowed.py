@@ -1285,7 +1285,7 @@ def _twins_windows(
         return False
     if windows == 2:
         return element_size == 4 or start_bytes < 8
-    if start_bytes <= _JOINED_PAIRS_MAX_START_BYTES:
+    if _joins_twin_pairs(windows, start_bytes):
         return block_m >= _JOINED_PAIRS_MIN_ROWS
     return element_size == 4 and start_bytes == _ROW_ALIGNMENT_BYTES
 
