@@ -7,13 +7,16 @@ The kernels here store only synthetic values, (row * 7 + column) mod 4093 / 1000
 store patterns alone, against the same stores into aligned rows:
 
 - ``chunk``: the shipped ownership (a program per window writes one chunk of every group);
-- ``group_elem``: a program owns whole groups (8 chunks, 128 columns), element stores;
+- ``group_elem``: a program owns whole groups (A chunks, 16 A columns; A = 8 unless ``--windows``
+  says otherwise), element stores;
 - ``group_shift``: whole groups stored as aligned 16-byte vectors, each row's values shifted into
   place by ``tl.gather`` (the previous group's last values fill the first vector);
 - ``group_vec``: the same stores with the values computed in place, i.e. what a free shift reaches;
 - ``pair_split`` / ``pair_joined``: a program owns windows 2p and 2p + 1 (the transpose's twin
   windows) and writes their two neighbouring chunks of each group as two [64, 16] stores one after
-  the other, or as one [64, 32] store.
+  the other, or as one [64, 32] store;
+- ``pair_vec``: the pairs' 32 columns as aligned vectors, the values computed in place (a free
+  shift): what vector stores would give the twins, whose outer sectors stay shared.
 
 Every variant must write the same Z (checked first). Prediction: ``group_vec`` near the aligned
 ``chunk``, ``group_elem`` 2-3x it (NOTES: whole groups with element stores took 2.06 against 0.78
@@ -21,14 +24,15 @@ ms), and ``group_shift`` between them, since Triton 3.6 lowers each [64, 128] ga
 shuffles per element (sm_90 PTX).
 
     python benchmarks/probe_transpose_stores.py                       # H100: the table
+    python benchmarks/probe_transpose_stores.py --windows 2 4 8       # other group widths
     TRITON_INTERPRET=1 python benchmarks/probe_transpose_stores.py    # the equality check, on CPU
 """
+
+import argparse
 
 import torch
 import triton
 import triton.language as tl
-
-W = 128  # a group's columns (A = 8 chunks of 16)
 
 
 @triton.jit
@@ -85,6 +89,43 @@ def pair_kernel(z_ptr, n, d, G, BM: tl.constexpr, A: tl.constexpr, JOINED: tl.co
             v = _value(offs_m, cols[None, :])
             mask = (offs_m[:, None] < n) & (cols[None, :] < d)
             tl.store(z_ptr + rows + cols[None, :], v.to(z_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def pair_vec_kernel(z_ptr, n, d, G, BM: tl.constexpr, A: tl.constexpr, VEC: tl.constexpr):
+    """``pair_kernel``'s ownership with the pair's 32 columns stored as aligned vectors, the values
+    computed in place (a free shift): the body's whole vectors in one store, the first and last
+    vector, which hold s values of the neighbouring pairs, element by element."""
+    pid_m = tl.program_id(0)
+    p = tl.program_id(1) % (A // 2)
+    r = tl.program_id(1) // (A // 2)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    mask_m = offs_m < n
+    row_start = offs_m.to(tl.int64) * d
+    j = tl.arange(0, 32)
+    e = tl.arange(0, VEC)
+    groups = d // (16 * A)  # full groups only; ragged_tail_kernel writes the rest
+    for g in range(r * G, tl.minimum(r * G + G, groups)):
+        col0 = g * 16 * A + p * 32
+        s = ((row_start + col0) % VEC).to(tl.int32)
+        base = row_start + col0 - s  # the aligned vector holding the pair's first column
+        body = tl.multiple_of(base + VEC, VEC)
+        # vectors 1 .. 32 / VEC - 1 lie inside the pair for every s; the last position's vector is not stored
+        cols = col0 - s[:, None] + VEC + j[None, :]
+        inside = (j < 32 - VEC)[None, :] & mask_m[:, None]
+        tl.store(z_ptr + body[:, None] + j[None, :], _value(offs_m, cols).to(z_ptr.dtype.element_ty), mask=inside)
+        head = col0 - s[:, None] + e[None, :]
+        tl.store(
+            z_ptr + base[:, None] + e[None, :],
+            _value(offs_m, head).to(z_ptr.dtype.element_ty),
+            mask=mask_m[:, None] & (e[None, :] >= s[:, None]),
+        )
+        tail = col0 + 32 - s[:, None] + e[None, :]
+        tl.store(
+            z_ptr + base[:, None] + 32 + e[None, :],
+            _value(offs_m, tail).to(z_ptr.dtype.element_ty),
+            mask=mask_m[:, None] & (e[None, :] < s[:, None]),
+        )
 
 
 @triton.jit
@@ -152,36 +193,41 @@ def ragged_tail_kernel(z_ptr, n, d, BM: tl.constexpr, W: tl.constexpr):
     tl.store(z_ptr + offs_m[:, None].to(tl.int64) * d + cols[None, :], v.to(z_ptr.dtype.element_ty), mask=mask)
 
 
-def run(variant, z, G, BM=64):
+def run(variant, z, G, A=8, BM=64):
     n, d = z.shape
+    W = 16 * A  # a group's columns
+    vec = 16 // z.element_size()
     groups = triton.cdiv(d, W)
     ranges = triton.cdiv(groups, G)
     if variant == "chunk":
-        chunk_kernel[(triton.cdiv(n, BM), 8 * ranges)](z, n, d, G, BM=BM, A=8)
+        chunk_kernel[(triton.cdiv(n, BM), A * ranges)](z, n, d, G, BM=BM, A=A)
     elif variant == "group_elem":
         group_elem_kernel[(triton.cdiv(n, BM), ranges)](z, n, d, G, BM=BM, W=W)
+    elif variant == "pair_vec":
+        pair_vec_kernel[(triton.cdiv(n, BM), A // 2 * ranges)](z, n, d, G, BM=BM, A=A, VEC=vec)
+        if d % W:
+            ragged_tail_kernel[(triton.cdiv(n, BM),)](z, n, d, BM=BM, W=W)
     elif variant.startswith("pair"):
-        pair_kernel[(triton.cdiv(n, BM), 4 * ranges)](z, n, d, G, BM=BM, A=8, JOINED=variant == "pair_joined")
+        pair_kernel[(triton.cdiv(n, BM), A // 2 * ranges)](z, n, d, G, BM=BM, A=A, JOINED=variant == "pair_joined")
     else:
         full = d // W
-        vec = 16 // z.element_size()
         kernel = group_shift_kernel if variant == "group_shift" else group_vec_kernel
         kernel[(triton.cdiv(n, BM), triton.cdiv(full, G))](z, n, d, G, BM=BM, W=W, VEC=vec)
         if d % W:
             ragged_tail_kernel[(triton.cdiv(n, BM),)](z, n, d, BM=BM, W=W)
 
 
-def _check_and_time(n: int, d: int, dtype: torch.dtype, device: str, variants) -> dict:
+def _check_and_time(n: int, d: int, dtype: torch.dtype, device: str, variants, A: int = 8) -> dict:
     """Each variant's Z (all equal, or it raises) and its do_bench median in ms (CUDA only)."""
     m = torch.arange(n, device=device)[:, None]
     want = (((m * 7 + torch.arange(d, device=device)[None, :]) % 4093).float() * 0.001).to(dtype)
-    groups = triton.cdiv(d, W)
+    groups = triton.cdiv(d, 16 * A)
     # about 1024 programs whatever the shape: fewer groups per program for fewer row tiles
     per_program = max(1, min(128, groups // max(1, 1024 // triton.cdiv(n, 64)))) if device == "cuda" else 3
     times, first = {}, None
     for variant in variants:
         z = torch.full((n, d), float("nan"), dtype=dtype, device=device)
-        run(variant, z, per_program)
+        run(variant, z, per_program, A)
         first = z if first is None else first
         # the interpreter rounds to bfloat16 its own way: equal to each other, close to torch's
         if not torch.equal(z, first) or not torch.allclose(z.float(), want.float(), rtol=1e-2, atol=1e-2):
@@ -189,29 +235,38 @@ def _check_and_time(n: int, d: int, dtype: torch.dtype, device: str, variants) -
         if device == "cuda":
             from triton.testing import do_bench
 
-            times[variant] = do_bench(lambda z=z, v=variant: run(v, z, per_program), warmup=50, rep=300)
+            times[variant] = do_bench(lambda z=z, v=variant: run(v, z, per_program, A), warmup=50, rep=300)
     return times
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--windows", type=int, nargs="+", default=[8], help="A, even: 16 A columns per group")
+    args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    variants = ("chunk", "pair_split", "pair_joined", "group_elem", "group_shift", "group_vec")
+    variants = ("chunk", "pair_split", "pair_joined", "pair_vec", "group_elem", "group_shift", "group_vec")
     if device == "cpu":
         shapes = [(20, 256, 301), (17, 1024, 1029), (9, 2048, 2045)]
     else:
         shapes = [(65536, 16384, 16383), (4096, 131072, 131071), (1048576, 768, 769)]
-    print("| n x d (ragged) | dtype | aligned chunk ms | " + " | ".join(f"{v} ms (x aligned)" for v in variants) + " |")
-    print("|---|---|---|" + "---|" * len(variants))
-    for dtype in (torch.bfloat16, torch.float32):
-        for n, aligned, ragged in shapes:
-            base = _check_and_time(n, aligned, dtype, device, ("chunk",))
-            times = _check_and_time(n, ragged, dtype, device, variants)
-            if device == "cpu":
-                print(f"| {n} x {ragged} | {str(dtype)[6:]} | equal | " + " | ".join("equal" for _ in variants) + " |")
-                continue
-            ref = base["chunk"]
-            cells = " | ".join(f"{times[v]:.3f} ({times[v] / ref:.2f})" for v in variants)
-            print(f"| {n} x {ragged} | {str(dtype)[6:]} | {ref:.3f} | {cells} |", flush=True)
+    print(
+        "| A | n x d (ragged) | dtype | aligned chunk ms | "
+        + " | ".join(f"{v} ms (x aligned)" for v in variants)
+        + " |"
+    )
+    print("|---|---|---|---|" + "---|" * len(variants))
+    for A in args.windows:
+        for dtype in (torch.bfloat16, torch.float32):
+            for n, aligned, ragged in shapes:
+                base = _check_and_time(n, aligned, dtype, device, ("chunk",), A)
+                times = _check_and_time(n, ragged, dtype, device, variants, A)
+                if device == "cpu":
+                    cells = " | ".join("equal" for _ in variants)
+                    print(f"| {A} | {n} x {ragged} | {str(dtype)[6:]} | equal | {cells} |")
+                    continue
+                ref = base["chunk"]
+                cells = " | ".join(f"{times[v]:.3f} ({times[v] / ref:.2f})" for v in variants)
+                print(f"| {A} | {n} x {ragged} | {str(dtype)[6:]} | {ref:.3f} | {cells} |", flush=True)
 
 
 if __name__ == "__main__":
