@@ -1396,6 +1396,44 @@ def test_twin_window_transposes_match_reference(kernel_device, rng, dtype, k, d,
     assert torch.equal(twinned, single)
 
 
+@pytest.mark.parametrize(
+    *grid(
+        {
+            "dtype": [F32, BF16, F16],
+            "n,d,offset,splits": [
+                (70, 4095, 2**33 + 3, 2),
+                (33, 2083, 0, None),
+                (19, 8190, 2**33 + 40, 3),
+            ],
+        },
+        fast=[
+            {"dtype": F32, "n,d,offset,splits": (70, 4095, 2**33 + 3, 2)},
+            {"dtype": BF16, "n,d,offset,splits": (19, 8190, 2**33 + 40, 3)},
+            {"dtype": F16, "n,d,offset,splits": (33, 2083, 0, None)},
+        ],
+    )
+)
+def test_whole_group_transposes_match_reference(kernel_device, rng, dtype, n, d, offset, splits):
+    """Two windows per block: twins own whole groups and store each group's 32 columns at once
+    (WHOLE_GROUPS). Rows of every residue past 16 bytes (n over a 64-row tile, d odd or on 4 bytes),
+    a column offset that cuts the first group (odd, and 40 past 2**33: 8 past a group of 32), a
+    ragged last group, and runs cut mid-row by splits; the bits equal one window per program's over
+    the same groups. Outputs start as NaN (``poison_outputs``), so a column left unwritten fails."""
+    seed = 2**40 + 11
+    nnz = spec.default_nnz(256)
+    assert spec.windows_per_block(256, nnz) == 2
+    y = torch.randn(n, 256, generator=rng).to(dtype)
+    want = reference.sparse_jl_transpose(y.double(), d, seed=seed, nnz=nnz, column_offset=offset)
+    twinned, single = (
+        windowed.transpose(
+            y.to(kernel_device), d, *_key(seed), nnz, offset, Tiling(splits=splits, twins=twins, steps=(4, True))
+        )
+        for twins in (True, False)
+    )
+    assert _relative_error(twinned, want) <= TOLERANCE[dtype]
+    assert torch.equal(twinned, single)
+
+
 def test_twin_windows_rule():
     """Twin windows with one band, untwinned runs of over 64 groups, Z's chunks off 32-byte sectors,
     and either two windows (float32, or half types on rows off 8 bytes), three or more on rows on 8
