@@ -1009,30 +1009,35 @@ def fold_spill_kernel(
     stride_om,
     stride_ok,
     NNZ: tl.constexpr,
-    BLOCK: tl.constexpr,
+    COLUMNS: tl.constexpr,
 ):
     """Y's rows in windows 0 and A - 1 of every block t, from the forward's float32 spill of those
     windows (splits, n, NNZ, 2, 16): row r of the block is the spill of padded row r, plus, for its
     first 16 A - size_t rows, that of padded row size_t + r (docs/spec.md 2b), summed over the
-    splits in order and rounded once. Grid: cdiv(n * NNZ * 32, BLOCK)."""
-    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = idx // (NNZ * 2 * WINDOW)
-    block = (idx // (2 * WINDOW)) % NNZ
-    slot = (idx // WINDOW) % 2
-    lane = idx % WINDOW
+    splits in order and rounded once. A program takes one row of Y, its spill's (block, window,
+    lane) along COLUMNS (NNZ * 32 rounded up to a power of two): the block bounds are worked out
+    once per row, not per entry, and the spill moves in vectors. Grid: n."""
+    m = tl.program_id(0).to(tl.int64)
+    column = tl.arange(0, COLUMNS)
+    block = column // (2 * WINDOW)
+    slot = (column // WINDOW) % 2
     start, size = _block_bounds(block, out_features, NNZ)
     last = WINDOW * (windows - 1)  # window A - 1's first padded row
-    # One row per element, no vectors: with k a multiple of 16 the store's 16 contiguous rows made
-    # triton 3.6 fail in its layout pass (TritonGPURemoveLayoutConversions); the kernel is small.
-    row = tl.max_contiguous(slot * last + lane, 1)
-    valid = (m < n) & (row < size)
+    row = slot * last + column % WINDOW
+    valid = (row < size) & (block < NNZ)
     folded_onto = valid & (slot == 0) & (row < WINDOW * windows - size)
-    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    folded_from = block * (2 * WINDOW) + WINDOW + (size + row - last)  # window A - 1's entry of row size_t + r
+    total = tl.zeros((COLUMNS,), dtype=tl.float32)
     for split in range(splits):
-        base = spill_ptr + ((split * n + m) * NNZ + block) * (2 * WINDOW)
-        own = tl.load(base + slot * WINDOW + lane, mask=valid, other=0.0)
-        total += own + tl.load(base + WINDOW + (size + row - last), mask=folded_onto, other=0.0)
-    tl.store(out_ptr + m * stride_om + (start + row) * stride_ok, total.to(out_ptr.dtype.element_ty), mask=valid)
+        spill_row = spill_ptr + (split * n + m) * (NNZ * 2 * WINDOW)
+        # the forward writes every entry of a spill row, so only whole blocks mask the loads: vectors
+        own = tl.load(spill_row + column, mask=block < NNZ, other=0.0)
+        total += own + tl.load(spill_row + folded_from, mask=folded_onto, other=0.0)
+    # Stored one element at a time: with k a multiple of 16 the store's 16 contiguous rows made
+    # triton 3.6 fail in its layout pass (TritonGPURemoveLayoutConversions), and vector stores ran
+    # 2.4x slower at nnz 32 (H200, benchmarks/NOTES.md "Any k").
+    rows = tl.max_contiguous(start + row, 1)
+    tl.store(out_ptr + m * stride_om + rows * stride_ok, total.to(out_ptr.dtype.element_ty), mask=valid)
 
 
 @triton.jit

@@ -346,7 +346,7 @@ def _variants():
                     "splits": I32,
                     "stride_om": I64,
                 },
-                {"stride_ok": 1, "NNZ": 16, "BLOCK": 1024},
+                {"stride_ok": 1, "NNZ": 16, "COLUMNS": 512},
                 ("spill_ptr", "out_ptr") + (("out_features", "windows", "stride_om") if aligned else ()),
             )
     for dtype in ("fp32", "bf16", "fp16"):

@@ -1,6 +1,8 @@
 """The SJLT Triton kernels against the PyTorch reference: identical matrices, outputs within
 per-dtype tolerances, on fresh random inputs of odd shapes, strides, offsets and splits."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -421,6 +423,45 @@ def test_fold_after_sums_each_row_and_its_folded_padded_row(kernel_device, rng, 
     got = windowed._fold_after(y_lattice.to(kernel_device), k, nnz, dtype)
     want = _folded_by_gathers(y_lattice, k, nnz)
     assert got.shape == (19, k) and got.dtype == dtype
+    if got.device.type == "cpu" and dtype == BF16:
+        torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=0)
+    else:
+        assert torch.equal(got.cpu(), want)
+
+
+def _folded_spill(spill: torch.Tensor, y: torch.Tensor, k: int, nnz: int) -> torch.Tensor:
+    """The oracle of ``windowed._add_fold``: y with row r of each block's windows 0 and A - 1 set to
+    the spill of padded row r plus, in window 0, that of padded row size_t + r where it exists,
+    summed over the splits in order in float32 and rounded once; y's other columns as they were."""
+    last = spec.WINDOW * (spec.windows_per_block(k, nnz) - 1)
+    want = y.clone()
+    for block in range(nnz):
+        start, size = spec.windowed_block_rows(block, k, nnz)
+        for slot, lane in itertools.product((0, 1), range(spec.WINDOW)):
+            row = slot * last + lane
+            if row >= size:
+                continue
+            total = torch.zeros(y.shape[0])
+            for split in spill:
+                extra = split[:, block, 1, size + row - last] if slot == 0 and size + row < last + spec.WINDOW else 0.0
+                total = total + (split[:, block, slot, lane] + extra)
+            want[:, start + row] = total.to(y.dtype)
+    return want
+
+
+@pytest.mark.parametrize("k,nnz", [(17, 1), (100, 6), (300, 7), (1000, 8), (4000, 16), (13836, 31)])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_fold_spill_sums_each_edge_row_and_its_folded_padded_row(kernel_device, rng, k, nnz, splits, dtype):
+    """``_add_fold`` (``fold_spill_kernel``, a row of Y per program) equals the spec's sums of the
+    forward's spill bitwise, on a strided Y, leaving the windows the forward stores itself alone.
+    Triton's interpreter rounds float32 to bfloat16 toward zero, so there bfloat16 is within one unit."""
+    n = 19
+    spill = torch.randn(splits, n, nnz, 2, spec.WINDOW, generator=rng)
+    y = torch.randn(n, k + 5, generator=rng).to(dtype)[:, :k]
+    want = _folded_spill(spill, y, k, nnz)
+    got = windowed._add_fold(y.to(kernel_device), spill.to(kernel_device), k, nnz, spec.max_fold(k, nnz))
+    assert got.shape == (n, k) and got.dtype == dtype
     if got.device.type == "cpu" and dtype == BF16:
         torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=0)
     else:

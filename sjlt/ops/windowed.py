@@ -124,8 +124,7 @@ def _add_fold(y: torch.Tensor, spill: torch.Tensor, out_features: int, nnz: int,
         from ..kernels.sparse_jl_windowed import fold_spill_kernel
 
         n = y.shape[0]
-        block = 1024
-        fold_spill_kernel[(math.ceil(n * nnz * 2 * spec.WINDOW / block),)](
+        fold_spill_kernel[(n,)](
             spill,
             y,
             n,
@@ -135,7 +134,7 @@ def _add_fold(y: torch.Tensor, spill: torch.Tensor, out_features: int, nnz: int,
             y.stride(0),
             y.stride(1),
             NNZ=nnz,
-            BLOCK=block,
+            COLUMNS=1 << (nnz * 2 * spec.WINDOW - 1).bit_length(),
         )
     return y
 
