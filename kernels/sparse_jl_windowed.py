@@ -1034,8 +1034,8 @@ def fold_spill_kernel(
         own = tl.load(spill_row + column, mask=block < NNZ, other=0.0)
         total += own + tl.load(spill_row + folded_from, mask=folded_onto, other=0.0)
     # Stored one element at a time: with k a multiple of 16 the store's 16 contiguous rows made
-    # triton 3.6 fail in its layout pass (TritonGPURemoveLayoutConversions), and vector stores ran
-    # 2.4x slower at nnz 32 (H200, benchmarks/NOTES.md "Any k").
+    # triton 3.6 fail in its layout pass (TritonGPURemoveLayoutConversions), and unmarked ones ran
+    # 2.3x slower at nnz 32 (H200, benchmarks/NOTES.md "Any k", item 31).
     rows = tl.max_contiguous(start + row, 1)
     tl.store(out_ptr + m * stride_om + rows * stride_ok, total.to(out_ptr.dtype.element_ty), mask=valid)
 
