@@ -1030,12 +1030,14 @@ def fold_spill_kernel(
     total = tl.zeros((COLUMNS,), dtype=tl.float32)
     for split in range(splits):
         spill_row = spill_ptr + (split * n + m) * (NNZ * 2 * WINDOW)
-        # the forward writes every entry of a spill row, so only whole blocks mask the loads: vectors
+        # only whole blocks mask the loads, so they are vectors: entries past size_t stay inside the
+        # row and are loaded but never stored
         own = tl.load(spill_row + column, mask=block < NNZ, other=0.0)
         total += own + tl.load(spill_row + folded_from, mask=folded_onto, other=0.0)
-    # Stored one element at a time: with k a multiple of 16 the store's 16 contiguous rows made
-    # triton 3.6 fail in its layout pass (TritonGPURemoveLayoutConversions), and unmarked ones ran
-    # 2.3x slower at nnz 32 (H200, benchmarks/NOTES.md "Any k", item 31).
+    # Stored one element at a time: unmarked, the stores became vectors where k is a multiple of 16
+    # and ran 1.2-2.3x slower in bfloat16 (k = 4000, 12000; H200, benchmarks/NOTES.md "Any k", item
+    # 31). The mark is also what kept the kernel before this one clear of a triton 3.6 failure in its
+    # layout pass (TritonGPURemoveLayoutConversions) at such k.
     rows = tl.max_contiguous(start + row, 1)
     tl.store(out_ptr + m * stride_om + rows * stride_ok, total.to(out_ptr.dtype.element_ty), mask=valid)
 
