@@ -25,6 +25,7 @@ FAMILIES = {
         "sparse_jl_hash_kernel",
         "philox_blocks_kernel",
         "seeded_dropout_kernel",
+        "resize_rows_kernel",
     },
     "windowed_forward": {
         "sparse_jl_windowed_forward_kernel",
@@ -386,6 +387,11 @@ def _variants():
                 },
                 {"DOMAIN": spec.DOMAIN_DROPOUT, "PER_ROW_SEED": per_row, "CONTIGUOUS": contiguous, "BLOCK": 1024},
             )
+    for dtype in ("fp32", "bf16", "fp16"):
+        for rows, const in [(32, {"stride_xk": 1}), (8, {"stride_xk": 1}), (1, {})]:
+            signature = {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n": I32, "width_in": I32, "width_out": I32}
+            signature |= {"inverse_width_out": "fp32", "stride_xm": I64} | ({} if const else {"stride_xk": I32})
+            yield "resize_rows_kernel", signature, const | {"ROWS": rows, "BLOCK": 1024}, ("x_ptr", "out_ptr")
 
 
 def _gluon_variants():
@@ -477,11 +483,11 @@ def compile_kernels(arch: int, family: str, every: bool) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from sjlt.kernels import dropout, philox, sparse_jl, sparse_jl_windowed
+    from sjlt.kernels import dropout, philox, resize_rows, sparse_jl, sparse_jl_windowed
 
     kernels = {
         name: getattr(module, name)
-        for module in (dropout, philox, sparse_jl, sparse_jl_windowed)
+        for module in (dropout, philox, resize_rows, sparse_jl, sparse_jl_windowed)
         for name in dir(module)
         if name.endswith("_kernel")
     }

@@ -1042,6 +1042,50 @@ def test_float32_is_not_rounded_through_tf32(kernel_device, k):
 
 
 @pytest.mark.parametrize(
+    "n, width_in, width_out, rows_per_program",
+    [
+        (1, 300, 304, None),  # one row, padded
+        (37, 304, 300, 8),  # a last program of 5 rows; spans of 2400 elements, 3 steps of 1024
+        (70, 267, 272, 32),
+        (9, 1000, 13, 1),  # cut deep, a row per program
+        (33, 17, 1100, None),  # padded past a step in one row
+        (65, 5, 5, 8),  # the same width: a copy
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "columns"])
+def test_resize_rows_cuts_and_pads_like_torch(
+    n, width_in, width_out, rows_per_program, dtype, layout, kernel_device, rng
+):
+    """``rows.resized`` (the dense algorithm's Y cut and y pad, the windowed transpose's padded y)
+    gives torch's cut or zero pad exactly, into a contiguous tensor, from strided rows too."""
+    from sjlt.ops import rows
+
+    x = torch.randn(n, width_in + 3, generator=rng).to(dtype).to(kernel_device)
+    if layout == "contiguous":
+        x = x[:, :width_in].contiguous()
+    elif layout == "strided":
+        x = x[:, 2 : width_in + 2]  # rows 3 elements apart, not 16-byte aligned
+    else:
+        x = torch.randn(width_in, n, generator=rng).to(dtype).to(kernel_device).t()  # column stride n
+    got = rows.resized(x, width_out, rows_per_program)
+    want = x[:, :width_out] if width_out <= width_in else torch.nn.functional.pad(x, (0, width_out - width_in))
+    assert got.is_contiguous() and got.shape == (n, width_out)
+    assert torch.equal(got, want)
+
+
+def test_resize_rows_is_differentiable_to_any_order(kernel_device, rng):
+    """``rows.resize``: a cut's gradient is the gradient padded with zeros and a pad's is it cut, so
+    the dense algorithm keeps torch's autograd through its cut of Y and its pad of y."""
+    from sjlt.ops import rows
+
+    x = torch.randn(11, 13, generator=rng, dtype=torch.float64).to(kernel_device).requires_grad_()
+    for width in (5, 13, 20):
+        assert torch.autograd.gradcheck(rows.resize, (x, width))
+        assert torch.autograd.gradgradcheck(rows.resize, (x, width))
+
+
+@pytest.mark.parametrize(
     "k, nnz", [(256, 8), (64, 4), (40, 3), (267, 6)], ids=["windowed", "windowed-A1", "classic", "misaligned-k"]
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

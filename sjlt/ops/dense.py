@@ -19,6 +19,7 @@ from collections import OrderedDict
 import torch
 
 from .. import _buffers, backends
+from . import rows as _rows
 from ._launch import KERNEL_DTYPES
 from .layouts import triton_hash  # the kernels' own tables: the dense S is the kernels' S
 
@@ -48,7 +49,7 @@ def forward(x: torch.Tensor, out_features: int, key0: int, key1: int, nnz: int, 
     rows = aligned_features(out_features, x)
     signs = sign_matrix(x.shape[1], out_features, key0, key1, nnz, column_offset, x.dtype, x.device, rows)
     y = torch.addmm(_zero(x), x, signs.t(), beta=0, alpha=1.0 / math.sqrt(nnz))
-    return y if rows == out_features else y[:, :out_features].contiguous()
+    return y if rows == out_features else _rows.resize(y, out_features)
 
 
 # Repeated launch-bound forwards cost more in Python than on the GPU (~20 µs of validation and
@@ -75,7 +76,14 @@ def plan_forward(signature, x: torch.Tensor, out_features: int, key0: int, key1:
     signs = _CACHE.get(key)
     if signs is None or not _buffers.may_keep(x.device):
         return
-    signs_t, zero, alpha, touch, addmm = signs.t(), _zero(x), 1.0 / math.sqrt(nnz), _CACHE.move_to_end, torch.addmm
+    signs_t, zero, alpha, touch, addmm, resize = (
+        signs.t(),
+        _zero(x),
+        1.0 / math.sqrt(nnz),
+        _CACHE.move_to_end,
+        torch.addmm,
+        _rows.resize,
+    )
 
     if rows == out_features:
 
@@ -87,7 +95,7 @@ def plan_forward(signature, x: torch.Tensor, out_features: int, key0: int, key1:
 
         def forward_planned(x):
             touch(key)
-            return addmm(zero, x, signs_t, beta=0, alpha=alpha)[:, :out_features].contiguous()
+            return resize(addmm(zero, x, signs_t, beta=0, alpha=alpha), out_features)
 
     if len(_PLANS) >= PLANS_MAX:
         _forget_plan(next(iter(_PLANS)))
@@ -104,16 +112,16 @@ def transpose(y: torch.Tensor, in_features: int, key0: int, key1: int, nnz: int,
     rows = aligned_features(k, y) if y.numel() * in_features >= PADDED_TRANSPOSE_MIN_WORK else k
     signs = sign_matrix(in_features, k, key0, key1, nnz, column_offset, y.dtype, y.device, rows)
     if rows != k:
-        y = torch.nn.functional.pad(y, (0, rows - k))
+        y = _rows.resize(y, rows)
     return torch.addmm(_zero(y), y, signs, beta=0, alpha=1.0 / math.sqrt(nnz))
 
 
 def aligned_features(k: int, like: torch.Tensor) -> int:
     """k rounded up to whole 16-byte rows of ``like``'s dtype. cuBLAS takes its slow, unvectorized
     kernels when a row of Y is not 16-byte aligned, so a misaligned k is multiplied through S padded
-    with zero rows (and Y cut after, or padded before the transpose). H100, bfloat16 2**16 x 2**14
-    -> 267: 0.84 ms padded against 7.67 unpadded and 0.80 at k = 288 (benchmarks/RESULTS.md, "Any
-    shape")."""
+    with zero rows, and Y cut after or y padded before the transpose by ``rows.resize``. H100,
+    bfloat16 2**16 x 2**14 -> 267: 0.84 ms padded against 7.67 unpadded and 0.80 at k = 288
+    (benchmarks/RESULTS.md, "Any shape")."""
     step = 16 // like.element_size()
     return -(-k // step) * step
 

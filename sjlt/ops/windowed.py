@@ -13,6 +13,7 @@ import torch
 from .. import _buffers, backends, spec
 from .._backend import device_capability, triton_interpreting
 from ._launch import Tiling, dot_config, forward_output, padded_row, promote_every, splits_to_fill, sum_splits
+from .rows import resized
 
 
 class WindowTables(NamedTuple):
@@ -1010,7 +1011,7 @@ def _transpose_rows(
     n, k = y.shape
     bands = spec.band_count(nnz)
     if _pads_y(y, in_features, bands):
-        y = _buffers.empty((n, padded_row(k)), y.dtype, y.device)[:, :k].copy_(y)
+        y = resized(y, padded_row(k))[:, :k]
     if bands == 1 or _pairs_bands(y, nnz, tables, tiling):
         _transpose_band(
             y, z, z, 0, 0, tables, 0, nnz, in_features, column_offset, 0, tables.groups, tiling, paired=bands == 2
