@@ -1115,9 +1115,9 @@ def test_dense_algorithm_matches_the_reference(k, nnz, dtype, kernel_device, rng
 
 def test_algorithm_rule(monkeypatch):
     """The fixed rule of sjlt.ops.choice: dense for launch-bound inputs with a small S and for half
-    types with k <= 512 (transposes with a column offset on 16: k <= 256) within the cache budget
-    and with 16-byte aligned rows (the forward's input, the transpose's output); the kernel
-    otherwise, and always off CUDA."""
+    types with k <= 512 (transposes with a column offset on 16: k <= 256; where k folds rows and d k
+    is small, 1024 and 384) within the cache budget and with 16-byte aligned rows (the forward's
+    input, the transpose's output); the kernel otherwise, and always off CUDA."""
     from sjlt import backends
     from sjlt.ops import choice
 
@@ -1145,11 +1145,24 @@ def test_algorithm_rule(monkeypatch):
     assert choice._rule(_FakeCuda(2**20, 256, torch.bfloat16), 769, 256, transpose=True) == choice.KERNEL
     # transposes: dense only to k = 256, where cuBLAS is not yet bound by the tensor cores
     assert choice._rule(_FakeCuda(65536, 256, torch.bfloat16), 4096, 256, transpose=True) == choice.DENSE
-    assert choice._rule(_FakeCuda(65536, 257, torch.float16), 4096, 257, transpose=True) == choice.KERNEL
+    assert choice._rule(_FakeCuda(65536, 257, torch.float16), 16384, 257, transpose=True) == choice.KERNEL
     assert choice._rule(_FakeCuda(65536, 512, torch.bfloat16), 4096, 512, transpose=True) == choice.KERNEL
     # ... unless the column offset is off 16: the kernel's chunks then share sectors of Z
     assert choice._rule(_FakeCuda(65536, 512, torch.bfloat16), 4096, 512, True, column_offset=5) == choice.DENSE
     assert choice._rule(_FakeCuda(65536, 384, torch.bfloat16), 4096, 384, True, column_offset=32) == choice.KERNEL
+    # where k folds rows on short rows: forwards to k = 1024 and transposes to 384 while d k is small
+    assert pick(2**20, 768, 1000, torch.bfloat16) == choice.DENSE  # 16 rows fold per block
+    assert pick(2**20, 1024, 700, torch.float16) == choice.DENSE
+    assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16), 768, 1000, nnz=4) == choice.DENSE
+    assert pick(2**19, 1536, 700, torch.bfloat16) == choice.KERNEL  # d k past 2^20
+    assert pick(2**20, 768, 1500, torch.bfloat16) == choice.KERNEL  # k past 1024
+    assert pick(2**20, 768, 1000, torch.float32) == choice.KERNEL
+    assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16), 768, 1024, nnz=8) == choice.KERNEL  # no fold
+    assert choice._rule(_FakeCuda(2**20, 768, torch.bfloat16), 768, 1000, nnz=64) == choice.KERNEL  # classic
+    assert choice._rule(_FakeCuda(2**20, 300, torch.bfloat16), 4096, 300, transpose=True) == choice.DENSE
+    assert choice._rule(_FakeCuda(2**16, 300, torch.bfloat16), 16384, 300, transpose=True) == choice.KERNEL
+    assert choice._rule(_FakeCuda(2**20, 500, torch.bfloat16), 768, 500, transpose=True) == choice.KERNEL
+    assert choice._rule(_FakeCuda(2**20, 336, torch.bfloat16), 768, 336, transpose=True) == choice.KERNEL  # no fold
     monkeypatch.setattr(backends, "dense_cache_bytes", 0)
     assert pick(64, 1024, 256, torch.float32) == choice.KERNEL  # the dense algorithm turned off
 

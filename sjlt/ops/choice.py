@@ -7,9 +7,9 @@ steered by two flags in :mod:`sjlt.backends`:
   the same call gives the same bits run to run. The rule (justified by the sweep in
   benchmarks/RESULTS.md, "Algorithm choice"): the dense algorithm for launch-bound calls (little
   matmul work) whose S is small, and for half-precision inputs with k <= 512 (transposes with a
-  column offset on 16: k <= 256) whose S fits the cache budget and whose rows (the forward's input,
-  the transpose's output) are 16-byte aligned, where cuBLAS runs near the memory roofline; the
-  kernel otherwise.
+  column offset on 16: k <= 256; where k folds rows on short rows, to 1024 and 384) whose S fits
+  the cache budget and whose rows (the forward's input, the transpose's output) are 16-byte
+  aligned, where cuBLAS runs near the memory roofline; the kernel otherwise.
 - ``benchmark`` (default False): with ``deterministic=False``, the first call of each
   configuration times every eligible algorithm and the fastest is used for that configuration for
   the rest of the process. Timing noise can then pick differently in another run, which is why
@@ -23,7 +23,7 @@ import statistics
 
 import torch
 
-from .. import backends
+from .. import backends, spec
 from . import dense
 from .layouts import triton_forward, triton_transpose
 
@@ -46,6 +46,14 @@ LAUNCH_BOUND_MATRIX_BYTES = 1 << 22
 #: forwards stay mixed at k = 512 (0.83-1.23x) and dense below.
 HALF_DENSE_MAX_FEATURES = 512
 HALF_DENSE_MAX_TRANSPOSE_FEATURES = 256
+#: Where k folds rows (docs/spec.md 2b) on short rows, half types run dense further: to k = 1024
+#: (forwards) and 384 (transposes) while d k is at most the work bound. There the folding kernel
+#: costs 1.5-2.1x its lattice time (element stores to Y's windows off 16 bytes, and the spill),
+#: while cuBLAS's time grows with d k. H200 (benchmarks/NOTES.md, "Any k", item 33), bfloat16, dense
+#: time over the kernel's: forwards 2^20 x 768 -> 700 / 1000 0.69 / 0.60, 2^20 x 1024 0.76 / 0.80;
+#: past the bound 2^19 x 1536 -> 700 / 1000 0.95 / 1.10, 2^19 x 2048 -> 700 1.04, 2^20 x 768 ->
+#: 1500 1.04; transposes at k = 300 0.67-0.85 for d = 768-4096, at k = 500 0.99-1.19.
+FOLDED_HALF_DENSE = {False: (1024, 1 << 20), True: (384, 4096 * 384)}  # transpose -> (max k, max d k)
 
 DENSE, KERNEL = "dense", "kernel"
 
@@ -64,7 +72,7 @@ def algorithm(
     transpose: bool = False,
 ) -> str:
     """DENSE or KERNEL for the (n, .) CUDA input ``x`` (x is (n, d), or (n, k) for the transpose)."""
-    rule = _rule(x, in_features, out_features, transpose, column_offset)
+    rule = _rule(x, in_features, out_features, transpose, column_offset, nnz)
     if backends.deterministic or not backends.benchmark:
         return rule
     if not dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes")):
@@ -79,7 +87,14 @@ def algorithm(
     return winner
 
 
-def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool = False, column_offset: int = 0) -> str:
+def _rule(
+    x: torch.Tensor,
+    in_features: int,
+    out_features: int,
+    transpose: bool = False,
+    column_offset: int = 0,
+    nnz: int | None = None,
+) -> str:
     flops = 2 * x.shape[0] * in_features * out_features
     if flops <= LAUNCH_BOUND_FLOPS.get(x.dtype, 0) and dense.eligible(
         x, in_features, out_features, LAUNCH_BOUND_MATRIX_BYTES
@@ -87,7 +102,7 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool 
         return DENSE
     if (
         x.dtype in (torch.float16, torch.bfloat16)
-        and out_features <= _half_dense_max_features(transpose, column_offset)
+        and out_features <= _half_dense_max_features(in_features, out_features, nnz, transpose, column_offset)
         and (_aligned_output(in_features, x) if transpose else _aligned_rows(x))
         and dense.eligible(x, in_features, out_features, backends.byte_budget("dense_cache_bytes"))
     ):
@@ -95,12 +110,19 @@ def _rule(x: torch.Tensor, in_features: int, out_features: int, transpose: bool 
     return KERNEL
 
 
-def _half_dense_max_features(transpose: bool, column_offset: int) -> int:
+def _half_dense_max_features(
+    in_features: int, out_features: int, nnz: int | None, transpose: bool, column_offset: int
+) -> int:
     """The largest half-type k that runs dense (HALF_DENSE_MAX_FEATURES): for a transpose with the
-    column offset on 16, HALF_DENSE_MAX_TRANSPOSE_FEATURES."""
-    if transpose and column_offset % 16 == 0:
-        return HALF_DENSE_MAX_TRANSPOSE_FEATURES
-    return HALF_DENSE_MAX_FEATURES
+    column offset on 16, HALF_DENSE_MAX_TRANSPOSE_FEATURES; FOLDED_HALF_DENSE's k where that is
+    larger, k folds rows (``nnz``: the default's if None) and d k is within its bound."""
+    most = HALF_DENSE_MAX_TRANSPOSE_FEATURES if transpose and column_offset % 16 == 0 else HALF_DENSE_MAX_FEATURES
+    folded_most, most_work = FOLDED_HALF_DENSE[transpose]
+    if most < out_features <= folded_most and in_features * out_features <= most_work:
+        nnz = spec.default_nnz(out_features) if nnz is None else nnz
+        if spec.is_windowed(out_features, nnz) and spec.max_fold(out_features, nnz):
+            return folded_most
+    return most
 
 
 def _aligned_rows(x: torch.Tensor) -> bool:
