@@ -2,7 +2,7 @@
 
 The dense algorithm multiplies through S padded to 16-byte rows (``sjlt.ops.dense``), so its Y is
 cut to k columns after and its transpose's y padded before; a windowed transpose copies y into
-rows of a multiple of 16 elements. torch's strided copy ran at 33-42% of the copy rate there in
+rows of a multiple of 16 elements. torch's strided copy ran at 33-43% of the copy rate there in
 half types (H200, benchmarks/NOTES.md, "Any k", item 32). A program takes ROWS rows of the
 contiguous output as one flat span: its whole steps store unmasked vectors whatever the widths
 (ROWS a multiple of 8 starts each span on 16 bytes), and its loads gather.
