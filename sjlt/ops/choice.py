@@ -48,7 +48,7 @@ HALF_DENSE_MAX_FEATURES = 512
 HALF_DENSE_MAX_TRANSPOSE_FEATURES = 256
 #: Where k folds rows (docs/spec.md 2b) on short rows, half types run dense further: to k = 1024
 #: (forwards) and 384 (transposes) while d k is at most the work bound. There the folding kernel
-#: costs 1.5-2.1x its lattice time (element stores to Y's windows off 16 bytes, and the spill),
+#: costs 1.5-2.1x its lattice time (rows of Y off 32 bytes, whose windows share sectors, and the spill),
 #: while cuBLAS's time grows with d k. H200 (benchmarks/NOTES.md, "Any k", item 33), bfloat16, dense
 #: time over the kernel's: forwards 2^20 x 768 -> 700 / 1000 0.69 / 0.60, 2^20 x 1024 0.76 / 0.80;
 #: past the bound 2^19 x 1536 -> 700 / 1000 0.95 / 1.10, 2^19 x 2048 -> 700 1.04, 2^20 x 768 ->
