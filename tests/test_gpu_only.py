@@ -342,24 +342,26 @@ def test_cuda_graph_replays_the_gluon_forward():
     assert torch.equal(F.sparse_jl(x, 4096, seed=5), eager)
 
 
+@pytest.mark.parametrize("n", [16, 2**17], ids=["torch-copy", "kernel-copy"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_dense_cut_and_pad_keep_autograd(dtype, monkeypatch):
+def test_dense_cut_and_pad_keep_autograd(n, dtype, monkeypatch):
     """A half-type k off 8 runs the dense algorithm through S padded to 16-byte rows: the forward's
-    cut of Y and the transpose's pad of y (``rows.resize``) pass gradients like the projection's own
-    backward, on the full path and the planned one, and in a CUDA graph."""
+    cut of Y and the transpose's pad of y (``rows.resize``: torch's copy on 16 rows, the kernel on
+    2^17) pass gradients like the projection's own backward, on the full path and the planned one,
+    and in a CUDA graph."""
     from sjlt.ops import dense
 
-    monkeypatch.setattr(dense, "PADDED_TRANSPOSE_MIN_WORK", 0)  # the pad, on 16 rows
-    x = torch.randn(16, 1000, device="cuda", dtype=dtype, requires_grad=True)
-    grad_y = torch.randn(16, 100, device="cuda", dtype=dtype)
+    monkeypatch.setattr(dense, "PADDED_TRANSPOSE_MIN_WORK", 0)  # the pad, on 16 rows too
+    x = torch.randn(n, 1000, device="cuda", dtype=dtype, requires_grad=True)
+    grad_y = torch.randn(n, 100, device="cuda", dtype=dtype)
     first = F.sparse_jl(x, 100, seed=2)
-    assert first.shape == (16, 100) and first.is_contiguous()
+    assert first.shape == (n, 100) and first.is_contiguous()
     for y in (first, F.sparse_jl(x, 100, seed=2)):  # the second call takes the plan
         x.grad = None
         y.backward(grad_y)
         torch.testing.assert_close(x.grad, F.sparse_jl_transpose(grad_y, 1000, seed=2), rtol=1e-2, atol=1e-2)
     y = grad_y.clone().requires_grad_()
-    grad_z = torch.randn(16, 1000, device="cuda", dtype=dtype)
+    grad_z = torch.randn(n, 1000, device="cuda", dtype=dtype)
     F.sparse_jl_transpose(y, 1000, seed=2).backward(grad_z)
     torch.testing.assert_close(y.grad, F.sparse_jl(grad_z, 100, seed=2), rtol=1e-2, atol=1e-2)
 

@@ -1044,11 +1044,11 @@ def test_float32_is_not_rounded_through_tf32(kernel_device, k):
 @pytest.mark.parametrize(
     "n, width_in, width_out, rows_per_program",
     [
-        (1, 300, 304, None),  # one row, padded
+        (1, 300, 304, 8),  # one row, padded
         (37, 304, 300, 8),  # a last program of 5 rows; spans of 2400 elements, 3 steps of 1024
         (70, 267, 272, 32),
         (9, 1000, 13, 1),  # cut deep, a row per program
-        (33, 17, 1100, None),  # padded past a step in one row
+        (33, 17, 1100, 32),  # padded past a step in one row
         (65, 5, 5, 8),  # the same width: a copy
     ],
 )
@@ -1076,13 +1076,33 @@ def test_resize_rows_cuts_and_pads_like_torch(
 
 def test_resize_rows_is_differentiable_to_any_order(kernel_device, rng):
     """``rows.resize``: a cut's gradient is the gradient padded with zeros and a pad's is it cut, so
-    the dense algorithm keeps torch's autograd through its cut of Y and its pad of y."""
+    the dense algorithm keeps torch's autograd through its cut of Y and its pad of y; an expanded
+    gradient (of a sum: strides 0) reads right."""
     from sjlt.ops import rows
 
     x = torch.randn(11, 13, generator=rng, dtype=torch.float64).to(kernel_device).requires_grad_()
     for width in (5, 13, 20):
-        assert torch.autograd.gradcheck(rows.resize, (x, width))
-        assert torch.autograd.gradgradcheck(rows.resize, (x, width))
+        assert torch.autograd.gradcheck(rows._Resize.apply, (x, width))
+        assert torch.autograd.gradgradcheck(rows._Resize.apply, (x, width))
+        x.grad = None
+        rows._Resize.apply(x, width).sum().backward()
+        assert torch.equal(x.grad, (torch.arange(13, device=kernel_device) < width).double().expand(11, 13))
+
+
+def test_resize_rows_leaves_launch_bound_copies_to_torch(monkeypatch):
+    """Below _LAUNCH_BOUND_ELEMENTS torch's copy, which launches cheaper, does the cut or pad (with
+    its own autograd); above it the kernel (``_Resize``)."""
+    from sjlt.ops import rows
+
+    launched = []
+    monkeypatch.setattr(rows, "_LAUNCH_BOUND_ELEMENTS", 64)
+    monkeypatch.setattr(rows, "resized", lambda x, width: launched.append(x.shape) or rows._torch_resized(x, width))
+    small = torch.randn(3, 15, requires_grad=True)
+    assert torch.equal(rows.resize(small, 16)[:, :15], small) and not launched  # 3 x 16 < 64: torch's
+    large = torch.randn(5, 15, requires_grad=True)
+    rows.resize(large, 13).sum().backward()
+    assert launched == [(5, 15), (5, 13)]  # the cut, then its gradient's pad
+    assert torch.equal(large.grad[:, 13:], torch.zeros(5, 2))
 
 
 @pytest.mark.parametrize(
